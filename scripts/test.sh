@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# `make test`: build the test bed (cached), start one local control plane for
+# the whole run, run every test of the workspace against it, tear it down.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+echo "== test bed (Go: etcd, kube-apiserver, kube-controller-manager, upstream CSI tools)"
+bash testbed/build.sh >/dev/null
+echo "== cargo build"
+cargo build --workspace --bins --tests
+export CSI_TESTBED_DIR=$(mktemp -d /tmp/csi-testbed.XXXXXX)
+export CSI_TESTBED_OWNER_PID=$$
+cleanup() { bash testbed/cluster.sh down "$CSI_TESTBED_DIR" || true; }
+trap cleanup EXIT
+echo "== control plane"
+eval "$(bash testbed/cluster.sh up "$CSI_TESTBED_DIR")"
+echo "== cargo test"
+cargo test --workspace --no-fail-fast -- --test-threads="${TEST_THREADS:-4}"
+echo "== all tests passed in $(( $(date +%s) - start ))s"

@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Local Kubernetes control plane for tests: etcd, kube-apiserver and
+# kube-controller-manager (PV binder, PV/PVC protection, namespace controllers)
+# on free loopback ports, all state in one directory.
+#
+#   testbed/cluster.sh up [DIR]     start; prints `export ...` lines to eval
+#   testbed/cluster.sh down [DIR]   stop exactly what `up` started, remove DIR
+#   testbed/cluster.sh env [DIR]    print the `export ...` lines again
+#
+# DIR defaults to $CSI_TESTBED_DIR or /tmp/csi-testbed. With
+# CSI_TESTBED_OWNER_PID set, a watchdog tears the cluster down when that
+# process dies (so a killed test run leaves nothing behind).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cmd=${1:-}
+dir=${2:-${CSI_TESTBED_DIR:-/tmp/csi-testbed}}
+
+log() { echo "testbed: $*" >&2; }
+
+free_port() {
+  local p
+  for _ in $(seq 1 100); do
+    p=$(( 20000 + RANDOM % 40000 ))
+    if ! ss -Htln "sport = :$p" | grep -q . && ! grep -qx "$p" "$dir/ports" 2>/dev/null; then
+      echo "$p" >>"$dir/ports"
+      echo "$p"; return 0
+    fi
+  done
+  log "no free port found"; return 1
+}
+
+# start NAME CMD...: run CMD in its own session, log to DIR/NAME.log, record its pid.
+start() {
+  local name=$1; shift
+  setsid "$@" >"$dir/$name.log" 2>&1 </dev/null &
+  echo "$!" >"$dir/$name.pid"
+}
+
+wait_for() { # wait_for WHAT SECONDS CMD...
+  local what=$1 secs=$2; shift 2
+  local deadline=$(( $(date +%s) + secs ))
+  until "$@" >/dev/null 2>&1; do
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+      log "timed out after ${secs}s waiting for $what; last log lines:"
+      tail -n 20 "$dir"/*.log >&2 || true
+      return 1
+    fi
+    sleep 0.3
+  done
+}
+
+print_env() {
+  echo "export CSI_TESTBED_DIR=$dir"
+  echo "export CSI_TESTBED_BIN=$(cat "$dir/bin")"
+  echo "export CSI_TESTBED_KUBECONFIG=$dir/kubeconfig"
+  echo "export CSI_TESTBED_PROVISIONER_KUBECONFIG=$dir/kubeconfig-provisioner"
+}
+
+stop_all() {
+  [ -d "$dir" ] || return 0
+  local pids=()
+  for f in "$dir"/watchdog.pid "$dir"/kube-controller-manager.pid "$dir"/kube-apiserver.pid "$dir"/etcd.pid; do
+    [ -f "$f" ] && pids+=("$(cat "$f")")
+  done
+  for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null || true; done
+  for _ in $(seq 1 50); do
+    local alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.2
+  done
+  for p in "${pids[@]}"; do kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null || true; done
+  rm -rf "$dir"
+}
+
+case "$cmd" in
+up)
+  if [ -f "$dir/kubeconfig" ] && [ -f "$dir/kube-apiserver.pid" ] && kill -0 "$(cat "$dir/kube-apiserver.pid")" 2>/dev/null; then
+    log "already running in $dir"; print_env; exit 0
+  fi
+  stop_all
+  mkdir -p "$dir/pki" "$dir/etcd"
+  bin=$("$here/build.sh" | tail -n 1)
+  echo "$bin" >"$dir/bin"
+  t0=$(date +%s)
+  trap 'log "start failed; cleaning up"; stop_all' ERR
+
+  ep=$(free_port); ap=$(free_port)
+  log "starting etcd on 127.0.0.1:$ep"
+  start etcd "$bin/etcd" --name=default --data-dir="$dir/etcd" \
+    --listen-client-urls="http://127.0.0.1:$ep" --advertise-client-urls="http://127.0.0.1:$ep" \
+    --listen-peer-urls=http://127.0.0.1:0 --unsafe-no-fsync --log-level=warn
+  wait_for etcd 60 curl -fsS "http://127.0.0.1:$ep/health"
+
+  openssl genrsa -out "$dir/sa.key" 2048 2>/dev/null
+  admin_token=$(openssl rand -hex 16)
+  prov_token=$(openssl rand -hex 16)
+  {
+    printf '%s,admin,admin,system:masters\n' "$admin_token"
+    # A non-admin identity: the end-to-end tests run the sidecar as this user,
+    # bound only to deploy/kubernetes/rbac.yaml's ClusterRole.
+    printf '%s,csi-provisioner,csi-provisioner\n' "$prov_token"
+  } >"$dir/tokens.csv"
+  chmod 600 "$dir/tokens.csv"
+
+  log "starting kube-apiserver on 127.0.0.1:$ap"
+  start kube-apiserver "$bin/kube-apiserver" \
+    --etcd-servers="http://127.0.0.1:$ep" \
+    --bind-address=127.0.0.1 --secure-port="$ap" --advertise-address=127.0.0.1 \
+    --endpoint-reconciler-type=none --cert-dir="$dir/pki" \
+    --service-cluster-ip-range=10.0.0.0/24 \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$dir/sa.key" --service-account-signing-key-file="$dir/sa.key" \
+    --token-auth-file="$dir/tokens.csv" --authorization-mode=RBAC \
+    --disable-admission-plugins=ServiceAccount --allow-privileged=true \
+    --max-requests-inflight=1000 --max-mutating-requests-inflight=500 \
+    --v=1
+  wait_for "kube-apiserver /readyz" 180 curl -fsS -k -H "Authorization: Bearer $admin_token" "https://127.0.0.1:$ap/readyz"
+  wait_for "namespace default" 60 curl -fsS -k -H "Authorization: Bearer $admin_token" "https://127.0.0.1:$ap/api/v1/namespaces/default"
+
+  for who in admin provisioner; do
+    if [ "$who" = admin ]; then tok=$admin_token; f=kubeconfig; else tok=$prov_token; f=kubeconfig-provisioner; fi
+    cat >"$dir/$f" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: testbed
+  cluster:
+    server: https://127.0.0.1:$ap
+    certificate-authority: $dir/pki/apiserver.crt
+users:
+- name: $who
+  user:
+    token: $tok
+contexts:
+- name: testbed
+  context: {cluster: testbed, user: $who, namespace: default}
+current-context: testbed
+EOF
+    chmod 600 "$dir/$f"
+  done
+
+  log "starting kube-controller-manager"
+  start kube-controller-manager "$bin/kube-controller-manager" \
+    --kubeconfig="$dir/kubeconfig" \
+    --controllers=persistentvolume-binder-controller,persistentvolume-protection-controller,persistentvolumeclaim-protection-controller,namespace-controller \
+    --leader-elect=false --use-service-account-credentials=false --secure-port=0 \
+    --pvclaimbinder-sync-period=2s --kube-api-qps=500 --kube-api-burst=1000 --v=2
+  sleep 1
+  kill -0 "$(cat "$dir/kube-controller-manager.pid")" || { log "kube-controller-manager exited"; tail -20 "$dir/kube-controller-manager.log" >&2; false; }
+
+  if [ -n "${CSI_TESTBED_OWNER_PID:-}" ]; then
+    setsid bash -c 'while kill -0 "$1" 2>/dev/null && [ -d "$2" ]; do sleep 2; done; rm -f "$2/watchdog.pid"; exec "$3" down "$2" >/dev/null 2>&1' \
+      watchdog "$CSI_TESTBED_OWNER_PID" "$dir" "$here/cluster.sh" >/dev/null 2>&1 </dev/null &
+    echo "$!" >"$dir/watchdog.pid"
+  fi
+  trap - ERR
+  log "control plane up in $(( $(date +%s) - t0 ))s (state in $dir)"
+  print_env
+  ;;
+down)
+  stop_all
+  log "stopped and removed $dir"
+  ;;
+env)
+  print_env
+  ;;
+*)
+  echo "usage: $0 up|down|env [DIR]" >&2; exit 2 ;;
+esac
