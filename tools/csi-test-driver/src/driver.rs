@@ -1,0 +1,1126 @@
+//! The CSI services (Identity, Controller, Node) over an in-memory model of a storage backend
+//! that is mirrored to the ledger file after every change.
+//!
+//! Every RPC goes through [`Driver::serve`]: count the call, apply the armed faults, then run
+//! the method in its own task. The task is not cancelled when the caller gives up (a deadline or
+//! a dropped connection), just like a real backend keeps working on a request it accepted; that
+//! is what makes "the volume may exist after a timeout" reproducible.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use csi_proto::v1;
+use csi_proto::v1::controller_service_capability::rpc::Type as ControllerCapability;
+use csi_proto::v1::volume_capability::access_mode::Mode as AccessMode;
+use tonic::{Request, Response, Status};
+
+use crate::code::GrpcCode;
+use crate::faults::{FaultTable, Verdict};
+use crate::ledger::{ContentSource, Ledger, OperationRecord, VolumeRecord, now_ms};
+
+/// Size given to a volume whose request has no capacity range.
+pub const DEFAULT_VOLUME_SIZE: i64 = 1 << 30;
+
+/// Prefix of ListVolumes page tokens; anything else is a token we never issued (ABORTED).
+const TOKEN_PREFIX: &str = "after:";
+
+/// Static behaviour of the driver, from its flags.
+#[derive(Debug, Clone)]
+pub struct DriverConfig {
+    pub name: String,
+    pub vendor_version: String,
+    pub node_id: String,
+    pub capacity_bytes: i64,
+    pub topology: Option<(String, String)>,
+    pub capabilities: Vec<ControllerCapability>,
+    pub state_dir: PathBuf,
+}
+
+/// The driver's state, shared by the gRPC services and the control socket.
+#[derive(Debug)]
+pub struct Driver {
+    config: DriverConfig,
+    ledger: Mutex<Ledger>,
+    /// Call counters changed since the ledger was last written (they are flushed lazily; volume
+    /// changes are written before the call returns).
+    counts_dirty: AtomicBool,
+    faults: FaultTable,
+    ready: AtomicBool,
+}
+
+type Reply<T> = Result<Response<T>, Status>;
+
+/// Records a call answered by an injected fault (CreateVolume/DeleteVolume keep these).
+type OnInjected = Box<dyn FnOnce(&Driver, &Status) + Send>;
+
+impl Driver {
+    /// A driver over `ledger` (loaded from the state directory by the caller).
+    pub fn new(config: DriverConfig, ledger: Ledger, seed: u64) -> Self {
+        Driver {
+            config,
+            ledger: Mutex::new(ledger),
+            counts_dirty: AtomicBool::new(false),
+            faults: FaultTable::new(seed),
+            ready: AtomicBool::new(true),
+        }
+    }
+
+    pub fn faults(&self) -> &FaultTable {
+        &self.faults
+    }
+
+    pub fn ready(&self) -> bool {
+        self.ready.load(Ordering::SeqCst)
+    }
+
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::SeqCst);
+    }
+
+    /// A copy of the ledger as it is now.
+    pub fn ledger_snapshot(&self) -> Ledger {
+        self.ledger().clone()
+    }
+
+    /// Writes the ledger if call counters changed since the last write.
+    pub fn flush_counts(&self) -> std::io::Result<()> {
+        if self.counts_dirty.swap(false, Ordering::SeqCst) {
+            let ledger = self.ledger();
+            if let Err(err) = ledger.save(&self.config.state_dir) {
+                self.counts_dirty.store(true, Ordering::SeqCst);
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+
+    fn ledger(&self) -> MutexGuard<'_, Ledger> {
+        self.ledger.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Persists a mutation before the call returns. Failing to persist is reported to the
+    /// caller as INTERNAL: a ledger that silently diverges from what callers were told would
+    /// make every invariant check meaningless.
+    fn persist(&self, ledger: &Ledger) -> Result<(), Status> {
+        self.counts_dirty.store(false, Ordering::SeqCst);
+        ledger.save(&self.config.state_dir).map_err(|err| {
+            tracing::error!(%err, "cannot write the ledger");
+            Status::internal(format!("test driver cannot write its ledger: {err}"))
+        })
+    }
+
+    fn has(&self, capability: ControllerCapability) -> bool {
+        self.config.capabilities.contains(&capability)
+    }
+
+    fn require(&self, capability: ControllerCapability) -> Result<(), Status> {
+        if self.has(capability) {
+            Ok(())
+        } else {
+            Err(Status::unimplemented(format!(
+                "capability {} is not enabled (see --capabilities)",
+                capability.as_str_name()
+            )))
+        }
+    }
+
+    /// Runs one RPC: count it, apply faults, run `op` in a task of its own.
+    ///
+    /// `on_injected` lets CreateVolume/DeleteVolume record injected failures in the ledger.
+    async fn serve<Req, Resp>(
+        self: &Arc<Self>,
+        method: &'static str,
+        request: Request<Req>,
+        op: fn(&Driver, Req) -> Result<Resp, Status>,
+        on_injected: Option<OnInjected>,
+    ) -> Reply<Resp>
+    where
+        Req: std::fmt::Debug + Send + 'static,
+        Resp: Send + 'static,
+    {
+        let driver = self.clone();
+        let request = request.into_inner();
+        let task = tokio::spawn(async move {
+            {
+                let mut ledger = driver.ledger();
+                *ledger.calls.entry(method.to_string()).or_default() += 1;
+                driver.counts_dirty.store(true, Ordering::SeqCst);
+            }
+            // Debug of CSI requests redacts secrets (csi-proto), so this is safe to log.
+            tracing::debug!(method, request = ?request, "call");
+            let result = match driver.faults.before_call(method).await {
+                Verdict::Proceed => op(&driver, request),
+                Verdict::Fail(status) => {
+                    if let Some(record) = on_injected {
+                        record(&driver, &status);
+                    }
+                    Err(status)
+                }
+            };
+            match &result {
+                Ok(_) => tracing::debug!(method, "ok"),
+                Err(status) => {
+                    tracing::info!(method, code = ?status.code(), message = status.message(), "failed")
+                }
+            }
+            result
+        });
+        match task.await {
+            Ok(result) => result.map(Response::new),
+            Err(err) => Err(Status::internal(format!("{method} task failed: {err}"))),
+        }
+    }
+
+    // ---- Identity --------------------------------------------------------------------------
+
+    fn get_plugin_info(
+        &self,
+        _: v1::GetPluginInfoRequest,
+    ) -> Result<v1::GetPluginInfoResponse, Status> {
+        Ok(v1::GetPluginInfoResponse {
+            name: self.config.name.clone(),
+            vendor_version: self.config.vendor_version.clone(),
+            manifest: HashMap::from([("purpose".to_string(), "test driver".to_string())]),
+        })
+    }
+
+    fn get_plugin_capabilities(
+        &self,
+        _: v1::GetPluginCapabilitiesRequest,
+    ) -> Result<v1::GetPluginCapabilitiesResponse, Status> {
+        use v1::plugin_capability::service::Type as ServiceType;
+        let mut services = vec![ServiceType::ControllerService];
+        if self.config.topology.is_some() {
+            services.push(ServiceType::VolumeAccessibilityConstraints);
+        }
+        Ok(v1::GetPluginCapabilitiesResponse {
+            capabilities: services
+                .into_iter()
+                .map(|t| v1::PluginCapability {
+                    r#type: Some(v1::plugin_capability::Type::Service(
+                        v1::plugin_capability::Service { r#type: t as i32 },
+                    )),
+                })
+                .collect(),
+        })
+    }
+
+    fn probe(&self, _: v1::ProbeRequest) -> Result<v1::ProbeResponse, Status> {
+        Ok(v1::ProbeResponse {
+            ready: Some(self.ready()),
+        })
+    }
+
+    // ---- Controller: volumes ---------------------------------------------------------------
+
+    fn create_volume(
+        &self,
+        req: v1::CreateVolumeRequest,
+    ) -> Result<v1::CreateVolumeResponse, Status> {
+        self.require(ControllerCapability::CreateDeleteVolume)?;
+        let mut ledger = self.ledger();
+        let outcome = self.create_or_find(&mut ledger, &req);
+        let mut record = OperationRecord {
+            method: "CreateVolume".into(),
+            name: Some(req.name.clone()),
+            volume_id: None,
+            code: GrpcCode::Ok,
+            message: String::new(),
+            injected: false,
+            created: false,
+            deleted: false,
+            at_ms: now_ms(),
+        };
+        let result = match outcome {
+            Ok((volume, created)) => {
+                record.volume_id = Some(volume.volume_id.clone());
+                record.created = created;
+                if self.faults.take_deadline_after_create() {
+                    record.injected = true;
+                    Err(Status::deadline_exceeded(format!(
+                        "injected fault: volume {} exists, answering DEADLINE_EXCEEDED",
+                        volume.volume_id
+                    )))
+                } else {
+                    Ok(v1::CreateVolumeResponse {
+                        volume: Some(self.volume_message(&volume)),
+                    })
+                }
+            }
+            Err(status) => Err(status),
+        };
+        if let Err(status) = &result {
+            record.code = status.code().into();
+            record.message = status.message().to_string();
+        }
+        tracing::info!(
+            name = %req.name,
+            volume_id = record.volume_id.as_deref().unwrap_or(""),
+            code = %record.code,
+            created = record.created,
+            "CreateVolume"
+        );
+        ledger.operations.push(record);
+        self.persist(&ledger)?;
+        result
+    }
+
+    /// The CreateVolume decision: validate, then find the volume of that name or make it.
+    /// Returns the volume and whether it was created by this call.
+    fn create_or_find(
+        &self,
+        ledger: &mut Ledger,
+        req: &v1::CreateVolumeRequest,
+    ) -> Result<(VolumeRecord, bool), Status> {
+        if req.name.is_empty() {
+            return Err(Status::invalid_argument("name is required"));
+        }
+        if req.volume_capabilities.is_empty() {
+            return Err(Status::invalid_argument("volume_capabilities are required"));
+        }
+        for capability in &req.volume_capabilities {
+            self.check_volume_capability(capability)?;
+        }
+        let (required, limit) = req
+            .capacity_range
+            .as_ref()
+            .map(|r| (r.required_bytes, r.limit_bytes))
+            .unwrap_or((0, 0));
+        if required < 0 || limit < 0 {
+            return Err(Status::invalid_argument(
+                "capacity_range must not be negative",
+            ));
+        }
+        if limit > 0 && required > limit {
+            return Err(Status::out_of_range(format!(
+                "required_bytes {required} exceeds limit_bytes {limit}"
+            )));
+        }
+        let parameters: BTreeMap<String, String> = sorted(&req.parameters);
+        let content_source = content_source_of(req.volume_content_source.as_ref())?;
+
+        if let Some(existing) = ledger.volume_by_name(&req.name) {
+            let size_fits = (required == 0 || existing.capacity_bytes >= required)
+                && (limit == 0 || existing.capacity_bytes <= limit);
+            if !size_fits {
+                return Err(Status::already_exists(format!(
+                    "volume {:?} exists with {} bytes, incompatible with required {required} / limit {limit}",
+                    req.name, existing.capacity_bytes
+                )));
+            }
+            if existing.parameters != parameters {
+                return Err(Status::already_exists(format!(
+                    "volume {:?} exists with different parameters",
+                    req.name
+                )));
+            }
+            if existing.content_source != content_source {
+                return Err(Status::already_exists(format!(
+                    "volume {:?} exists with a different content source",
+                    req.name
+                )));
+            }
+            return Ok((existing.clone(), false));
+        }
+
+        let mut size = if required > 0 {
+            required
+        } else if limit > 0 {
+            limit.min(DEFAULT_VOLUME_SIZE)
+        } else {
+            DEFAULT_VOLUME_SIZE
+        };
+        match &content_source {
+            Some(ContentSource::Snapshot { snapshot_id }) => {
+                // This driver holds no snapshots, so every snapshot id is unknown.
+                return Err(Status::not_found(format!(
+                    "snapshot {snapshot_id:?} not found"
+                )));
+            }
+            Some(ContentSource::Volume { volume_id }) => {
+                if !self.has(ControllerCapability::CloneVolume) {
+                    return Err(Status::invalid_argument(
+                        "cloning needs the CLONE_VOLUME capability",
+                    ));
+                }
+                let source = ledger.volumes.get(volume_id).ok_or_else(|| {
+                    Status::not_found(format!("source volume {volume_id:?} not found"))
+                })?;
+                size = size.max(source.capacity_bytes);
+                if limit > 0 && size > limit {
+                    return Err(Status::out_of_range(format!(
+                        "source volume has {} bytes, more than limit_bytes {limit}",
+                        source.capacity_bytes
+                    )));
+                }
+            }
+            None => {}
+        }
+
+        let accessible_topology = match &self.config.topology {
+            Some((key, value)) => {
+                if let Some(requirement) = &req.accessibility_requirements {
+                    let reachable = requirement.requisite.is_empty()
+                        || requirement
+                            .requisite
+                            .iter()
+                            .any(|t| t.segments.get(key) == Some(value));
+                    if !reachable {
+                        return Err(Status::resource_exhausted(format!(
+                            "no requisite topology contains {key}={value}"
+                        )));
+                    }
+                }
+                vec![BTreeMap::from([(key.clone(), value.clone())])]
+            }
+            None => Vec::new(),
+        };
+
+        let free = self.config.capacity_bytes - ledger.used_bytes();
+        if size > free {
+            return Err(Status::resource_exhausted(format!(
+                "{size} bytes requested, {free} bytes free"
+            )));
+        }
+
+        let seq = ledger.next_volume_seq;
+        ledger.next_volume_seq += 1;
+        let volume = VolumeRecord {
+            volume_id: format!("vol-{seq:06}-{:08x}", rand::random::<u32>()),
+            name: req.name.clone(),
+            capacity_bytes: size,
+            volume_context: parameters.clone(),
+            parameters,
+            mutable_parameters: sorted(&req.mutable_parameters),
+            secret_keys: {
+                let mut keys: Vec<String> = req.secrets.keys().cloned().collect();
+                keys.sort();
+                keys
+            },
+            content_source,
+            accessible_topology,
+            published_nodes: BTreeMap::new(),
+            created_at_ms: now_ms(),
+        };
+        ledger
+            .volumes
+            .insert(volume.volume_id.clone(), volume.clone());
+        Ok((volume, true))
+    }
+
+    fn check_volume_capability(&self, capability: &v1::VolumeCapability) -> Result<(), Status> {
+        if capability.access_type.is_none() {
+            return Err(Status::invalid_argument(
+                "volume capability needs an access type (block or mount)",
+            ));
+        }
+        let mode = capability
+            .access_mode
+            .as_ref()
+            .map(|m| AccessMode::try_from(m.mode).unwrap_or(AccessMode::Unknown))
+            .unwrap_or(AccessMode::Unknown);
+        match mode {
+            AccessMode::Unknown => Err(Status::invalid_argument(
+                "volume capability needs a known access mode",
+            )),
+            AccessMode::SingleNodeSingleWriter | AccessMode::SingleNodeMultiWriter
+                if !self.has(ControllerCapability::SingleNodeMultiWriter) =>
+            {
+                Err(Status::invalid_argument(format!(
+                    "access mode {} needs the SINGLE_NODE_MULTI_WRITER capability",
+                    mode.as_str_name()
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn delete_volume(
+        &self,
+        req: v1::DeleteVolumeRequest,
+    ) -> Result<v1::DeleteVolumeResponse, Status> {
+        self.require(ControllerCapability::CreateDeleteVolume)?;
+        let mut ledger = self.ledger();
+        let mut record = OperationRecord {
+            method: "DeleteVolume".into(),
+            name: None,
+            volume_id: Some(req.volume_id.clone()),
+            code: GrpcCode::Ok,
+            message: String::new(),
+            injected: false,
+            created: false,
+            deleted: false,
+            at_ms: now_ms(),
+        };
+        let result = if req.volume_id.is_empty() {
+            Err(Status::invalid_argument("volume_id is required"))
+        } else {
+            match ledger.volumes.get(&req.volume_id) {
+                Some(volume) if !volume.published_nodes.is_empty() => {
+                    Err(Status::failed_precondition(format!(
+                        "volume {} is still published to {:?}",
+                        req.volume_id,
+                        volume.published_nodes.keys().collect::<Vec<_>>()
+                    )))
+                }
+                Some(volume) => {
+                    record.name = Some(volume.name.clone());
+                    ledger.volumes.remove(&req.volume_id);
+                    record.deleted = true;
+                    Ok(v1::DeleteVolumeResponse {})
+                }
+                // Deleting what does not exist is success: DeleteVolume is idempotent.
+                None => Ok(v1::DeleteVolumeResponse {}),
+            }
+        };
+        if let Err(status) = &result {
+            record.code = status.code().into();
+            record.message = status.message().to_string();
+        }
+        tracing::info!(
+            volume_id = %req.volume_id,
+            code = %record.code,
+            deleted = record.deleted,
+            "DeleteVolume"
+        );
+        ledger.operations.push(record);
+        self.persist(&ledger)?;
+        result
+    }
+
+    /// Records a CreateVolume/DeleteVolume call that an injected fault answered.
+    fn record_injected(
+        &self,
+        method: &str,
+        name: Option<String>,
+        volume_id: Option<String>,
+        status: &Status,
+    ) {
+        let mut ledger = self.ledger();
+        ledger.operations.push(OperationRecord {
+            method: method.to_string(),
+            name,
+            volume_id,
+            code: status.code().into(),
+            message: status.message().to_string(),
+            injected: true,
+            created: false,
+            deleted: false,
+            at_ms: now_ms(),
+        });
+        if let Err(err) = self.persist(&ledger) {
+            tracing::error!(%err, "cannot record an injected fault");
+        }
+    }
+
+    fn controller_publish_volume(
+        &self,
+        req: v1::ControllerPublishVolumeRequest,
+    ) -> Result<v1::ControllerPublishVolumeResponse, Status> {
+        self.require(ControllerCapability::PublishUnpublishVolume)?;
+        if req.volume_id.is_empty() {
+            return Err(Status::invalid_argument("volume_id is required"));
+        }
+        if req.node_id.is_empty() {
+            return Err(Status::invalid_argument("node_id is required"));
+        }
+        let capability = req
+            .volume_capability
+            .as_ref()
+            .ok_or_else(|| Status::invalid_argument("volume_capability is required"))?;
+        self.check_volume_capability(capability)?;
+        if req.readonly && !self.has(ControllerCapability::PublishReadonly) {
+            return Err(Status::invalid_argument(
+                "readonly publishing needs the PUBLISH_READONLY capability",
+            ));
+        }
+        let mut ledger = self.ledger();
+        let volume = ledger
+            .volumes
+            .get_mut(&req.volume_id)
+            .ok_or_else(|| Status::not_found(format!("volume {:?} not found", req.volume_id)))?;
+        if req.node_id != self.config.node_id {
+            return Err(Status::not_found(format!(
+                "node {:?} not found",
+                req.node_id
+            )));
+        }
+        match volume.published_nodes.get(&req.node_id) {
+            Some(readonly) if *readonly != req.readonly => {
+                return Err(Status::already_exists(format!(
+                    "volume {} is published to {} with readonly={readonly}",
+                    req.volume_id, req.node_id
+                )));
+            }
+            Some(_) => {}
+            None => {
+                volume
+                    .published_nodes
+                    .insert(req.node_id.clone(), req.readonly);
+                self.persist(&ledger)?;
+            }
+        }
+        Ok(v1::ControllerPublishVolumeResponse {
+            publish_context: HashMap::from([("node".to_string(), req.node_id.clone())]),
+        })
+    }
+
+    fn controller_unpublish_volume(
+        &self,
+        req: v1::ControllerUnpublishVolumeRequest,
+    ) -> Result<v1::ControllerUnpublishVolumeResponse, Status> {
+        self.require(ControllerCapability::PublishUnpublishVolume)?;
+        if req.volume_id.is_empty() {
+            return Err(Status::invalid_argument("volume_id is required"));
+        }
+        let mut ledger = self.ledger();
+        let changed = match ledger.volumes.get_mut(&req.volume_id) {
+            Some(volume) if req.node_id.is_empty() => {
+                let had = !volume.published_nodes.is_empty();
+                volume.published_nodes.clear();
+                had
+            }
+            Some(volume) => volume.published_nodes.remove(&req.node_id).is_some(),
+            // Unknown volume: it is certainly not published anywhere.
+            None => false,
+        };
+        if changed {
+            self.persist(&ledger)?;
+        }
+        Ok(v1::ControllerUnpublishVolumeResponse {})
+    }
+
+    fn validate_volume_capabilities(
+        &self,
+        req: v1::ValidateVolumeCapabilitiesRequest,
+    ) -> Result<v1::ValidateVolumeCapabilitiesResponse, Status> {
+        if req.volume_id.is_empty() {
+            return Err(Status::invalid_argument("volume_id is required"));
+        }
+        if req.volume_capabilities.is_empty() {
+            return Err(Status::invalid_argument("volume_capabilities are required"));
+        }
+        let ledger = self.ledger();
+        let volume = ledger
+            .volumes
+            .get(&req.volume_id)
+            .ok_or_else(|| Status::not_found(format!("volume {:?} not found", req.volume_id)))?;
+        for capability in &req.volume_capabilities {
+            if let Err(status) = self.check_volume_capability(capability) {
+                return Ok(v1::ValidateVolumeCapabilitiesResponse {
+                    confirmed: None,
+                    message: status.message().to_string(),
+                });
+            }
+        }
+        Ok(v1::ValidateVolumeCapabilitiesResponse {
+            confirmed: Some(v1::validate_volume_capabilities_response::Confirmed {
+                volume_context: volume.volume_context.clone().into_iter().collect(),
+                volume_capabilities: req.volume_capabilities.clone(),
+                parameters: req.parameters.clone(),
+                mutable_parameters: req.mutable_parameters.clone(),
+            }),
+            message: String::new(),
+        })
+    }
+
+    fn list_volumes(&self, req: v1::ListVolumesRequest) -> Result<v1::ListVolumesResponse, Status> {
+        self.require(ControllerCapability::ListVolumes)?;
+        if req.max_entries < 0 {
+            return Err(Status::invalid_argument("max_entries must not be negative"));
+        }
+        let after = if req.starting_token.is_empty() {
+            None
+        } else {
+            Some(
+                req.starting_token
+                    .strip_prefix(TOKEN_PREFIX)
+                    .ok_or_else(|| {
+                        Status::aborted(format!("invalid starting_token {:?}", req.starting_token))
+                    })?
+                    .to_string(),
+            )
+        };
+        let ledger = self.ledger();
+        // Tokens name the last volume returned, so deleting volumes between pages never
+        // invalidates a token or repeats an entry.
+        let remaining = ledger.volumes.values().filter(|v| match &after {
+            Some(after) => v.volume_id.as_str() > after.as_str(),
+            None => true,
+        });
+        let limit = if req.max_entries == 0 {
+            usize::MAX
+        } else {
+            req.max_entries as usize
+        };
+        let mut entries = Vec::new();
+        let mut next_token = String::new();
+        for volume in remaining {
+            if entries.len() == limit {
+                next_token = format!("{TOKEN_PREFIX}{}", last_id(&entries));
+                break;
+            }
+            entries.push(v1::list_volumes_response::Entry {
+                volume: Some(self.volume_message(volume)),
+                status: self
+                    .has(ControllerCapability::ListVolumesPublishedNodes)
+                    .then(|| v1::list_volumes_response::VolumeStatus {
+                        published_node_ids: volume.published_nodes.keys().cloned().collect(),
+                        volume_condition: None,
+                    }),
+            });
+        }
+        Ok(v1::ListVolumesResponse {
+            entries,
+            next_token,
+        })
+    }
+
+    fn get_capacity(&self, req: v1::GetCapacityRequest) -> Result<v1::GetCapacityResponse, Status> {
+        self.require(ControllerCapability::GetCapacity)?;
+        for capability in &req.volume_capabilities {
+            self.check_volume_capability(capability)?;
+        }
+        let elsewhere = match (&self.config.topology, &req.accessible_topology) {
+            (Some((key, value)), Some(topology)) => topology
+                .segments
+                .get(key)
+                .is_some_and(|requested| requested != value),
+            _ => false,
+        };
+        let available = if elsewhere {
+            0
+        } else {
+            (self.config.capacity_bytes - self.ledger().used_bytes()).max(0)
+        };
+        Ok(v1::GetCapacityResponse {
+            available_capacity: available,
+            maximum_volume_size: None,
+            minimum_volume_size: None,
+        })
+    }
+
+    fn controller_get_capabilities(
+        &self,
+        _: v1::ControllerGetCapabilitiesRequest,
+    ) -> Result<v1::ControllerGetCapabilitiesResponse, Status> {
+        Ok(v1::ControllerGetCapabilitiesResponse {
+            capabilities: self
+                .config
+                .capabilities
+                .iter()
+                .map(|c| v1::ControllerServiceCapability {
+                    r#type: Some(v1::controller_service_capability::Type::Rpc(
+                        v1::controller_service_capability::Rpc { r#type: *c as i32 },
+                    )),
+                })
+                .collect(),
+        })
+    }
+
+    fn controller_get_volume(
+        &self,
+        req: v1::ControllerGetVolumeRequest,
+    ) -> Result<v1::ControllerGetVolumeResponse, Status> {
+        self.require(ControllerCapability::GetVolume)?;
+        if req.volume_id.is_empty() {
+            return Err(Status::invalid_argument("volume_id is required"));
+        }
+        let ledger = self.ledger();
+        let volume = ledger
+            .volumes
+            .get(&req.volume_id)
+            .ok_or_else(|| Status::not_found(format!("volume {:?} not found", req.volume_id)))?;
+        Ok(v1::ControllerGetVolumeResponse {
+            volume: Some(self.volume_message(volume)),
+            status: Some(v1::controller_get_volume_response::VolumeStatus {
+                published_node_ids: volume.published_nodes.keys().cloned().collect(),
+                volume_condition: None,
+            }),
+        })
+    }
+
+    // ---- Node ------------------------------------------------------------------------------
+
+    fn node_get_info(&self, _: v1::NodeGetInfoRequest) -> Result<v1::NodeGetInfoResponse, Status> {
+        Ok(v1::NodeGetInfoResponse {
+            node_id: self.config.node_id.clone(),
+            max_volumes_per_node: 0,
+            accessible_topology: self
+                .config
+                .topology
+                .as_ref()
+                .map(|(key, value)| v1::Topology {
+                    segments: HashMap::from([(key.clone(), value.clone())]),
+                }),
+        })
+    }
+
+    fn node_get_capabilities(
+        &self,
+        _: v1::NodeGetCapabilitiesRequest,
+    ) -> Result<v1::NodeGetCapabilitiesResponse, Status> {
+        // No node capabilities: nothing is ever staged.
+        Ok(v1::NodeGetCapabilitiesResponse {
+            capabilities: Vec::new(),
+        })
+    }
+
+    fn node_unpublish_volume(
+        &self,
+        req: v1::NodeUnpublishVolumeRequest,
+    ) -> Result<v1::NodeUnpublishVolumeResponse, Status> {
+        // Nothing is ever node-published here, so unpublishing a known volume is a no-op. It
+        // is implemented (not UNIMPLEMENTED) because callers such as csi-sanity clean up with it.
+        if req.volume_id.is_empty() {
+            return Err(Status::invalid_argument("volume_id is required"));
+        }
+        if req.target_path.is_empty() {
+            return Err(Status::invalid_argument("target_path is required"));
+        }
+        if !self.ledger().volumes.contains_key(&req.volume_id) {
+            return Err(Status::not_found(format!(
+                "volume {:?} not found",
+                req.volume_id
+            )));
+        }
+        Ok(v1::NodeUnpublishVolumeResponse {})
+    }
+
+    // ---- helpers ---------------------------------------------------------------------------
+
+    fn volume_message(&self, volume: &VolumeRecord) -> v1::Volume {
+        v1::Volume {
+            capacity_bytes: volume.capacity_bytes,
+            volume_id: volume.volume_id.clone(),
+            volume_context: volume.volume_context.clone().into_iter().collect(),
+            content_source: volume
+                .content_source
+                .as_ref()
+                .map(|source| v1::VolumeContentSource {
+                    r#type: Some(match source {
+                        ContentSource::Snapshot { snapshot_id } => {
+                            v1::volume_content_source::Type::Snapshot(
+                                v1::volume_content_source::SnapshotSource {
+                                    snapshot_id: snapshot_id.clone(),
+                                },
+                            )
+                        }
+                        ContentSource::Volume { volume_id } => {
+                            v1::volume_content_source::Type::Volume(
+                                v1::volume_content_source::VolumeSource {
+                                    volume_id: volume_id.clone(),
+                                },
+                            )
+                        }
+                    }),
+                }),
+            accessible_topology: volume
+                .accessible_topology
+                .iter()
+                .map(|segments| v1::Topology {
+                    segments: segments.clone().into_iter().collect(),
+                })
+                .collect(),
+        }
+    }
+}
+
+fn sorted(map: &HashMap<String, String>) -> BTreeMap<String, String> {
+    map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+fn last_id(entries: &[v1::list_volumes_response::Entry]) -> &str {
+    entries
+        .last()
+        .and_then(|e| e.volume.as_ref())
+        .map(|v| v.volume_id.as_str())
+        .unwrap_or_default()
+}
+
+fn content_source_of(
+    source: Option<&v1::VolumeContentSource>,
+) -> Result<Option<ContentSource>, Status> {
+    use v1::volume_content_source::Type;
+    match source {
+        None => Ok(None),
+        Some(v1::VolumeContentSource { r#type: None }) => Err(Status::invalid_argument(
+            "volume_content_source needs a snapshot or a volume",
+        )),
+        Some(v1::VolumeContentSource {
+            r#type: Some(Type::Snapshot(s)),
+        }) => Ok(Some(ContentSource::Snapshot {
+            snapshot_id: s.snapshot_id.clone(),
+        })),
+        Some(v1::VolumeContentSource {
+            r#type: Some(Type::Volume(v)),
+        }) => Ok(Some(ContentSource::Volume {
+            volume_id: v.volume_id.clone(),
+        })),
+    }
+}
+
+fn unimplemented<Req, Resp>(_: &Driver, _: Req) -> Result<Resp, Status> {
+    Err(Status::unimplemented("not implemented by the test driver"))
+}
+
+/// The gRPC face of a [`Driver`]: one value serves Identity, Controller and Node.
+#[derive(Debug, Clone)]
+pub struct CsiService(pub Arc<Driver>);
+
+#[tonic::async_trait]
+impl v1::identity_server::Identity for CsiService {
+    async fn get_plugin_info(
+        &self,
+        r: Request<v1::GetPluginInfoRequest>,
+    ) -> Reply<v1::GetPluginInfoResponse> {
+        self.0
+            .serve("GetPluginInfo", r, Driver::get_plugin_info, None)
+            .await
+    }
+    async fn get_plugin_capabilities(
+        &self,
+        r: Request<v1::GetPluginCapabilitiesRequest>,
+    ) -> Reply<v1::GetPluginCapabilitiesResponse> {
+        self.0
+            .serve(
+                "GetPluginCapabilities",
+                r,
+                Driver::get_plugin_capabilities,
+                None,
+            )
+            .await
+    }
+    async fn probe(&self, r: Request<v1::ProbeRequest>) -> Reply<v1::ProbeResponse> {
+        self.0.serve("Probe", r, Driver::probe, None).await
+    }
+}
+
+#[tonic::async_trait]
+impl v1::controller_server::Controller for CsiService {
+    async fn create_volume(
+        &self,
+        r: Request<v1::CreateVolumeRequest>,
+    ) -> Reply<v1::CreateVolumeResponse> {
+        let name = r.get_ref().name.clone();
+        let on_injected: OnInjected = Box::new(move |driver, status| {
+            driver.record_injected("CreateVolume", Some(name), None, status)
+        });
+        self.0
+            .serve("CreateVolume", r, Driver::create_volume, Some(on_injected))
+            .await
+    }
+    async fn delete_volume(
+        &self,
+        r: Request<v1::DeleteVolumeRequest>,
+    ) -> Reply<v1::DeleteVolumeResponse> {
+        let volume_id = r.get_ref().volume_id.clone();
+        let on_injected: OnInjected = Box::new(move |driver, status| {
+            driver.record_injected("DeleteVolume", None, Some(volume_id), status)
+        });
+        self.0
+            .serve("DeleteVolume", r, Driver::delete_volume, Some(on_injected))
+            .await
+    }
+    async fn controller_publish_volume(
+        &self,
+        r: Request<v1::ControllerPublishVolumeRequest>,
+    ) -> Reply<v1::ControllerPublishVolumeResponse> {
+        self.0
+            .serve(
+                "ControllerPublishVolume",
+                r,
+                Driver::controller_publish_volume,
+                None,
+            )
+            .await
+    }
+    async fn controller_unpublish_volume(
+        &self,
+        r: Request<v1::ControllerUnpublishVolumeRequest>,
+    ) -> Reply<v1::ControllerUnpublishVolumeResponse> {
+        self.0
+            .serve(
+                "ControllerUnpublishVolume",
+                r,
+                Driver::controller_unpublish_volume,
+                None,
+            )
+            .await
+    }
+    async fn validate_volume_capabilities(
+        &self,
+        r: Request<v1::ValidateVolumeCapabilitiesRequest>,
+    ) -> Reply<v1::ValidateVolumeCapabilitiesResponse> {
+        self.0
+            .serve(
+                "ValidateVolumeCapabilities",
+                r,
+                Driver::validate_volume_capabilities,
+                None,
+            )
+            .await
+    }
+    async fn list_volumes(
+        &self,
+        r: Request<v1::ListVolumesRequest>,
+    ) -> Reply<v1::ListVolumesResponse> {
+        self.0
+            .serve("ListVolumes", r, Driver::list_volumes, None)
+            .await
+    }
+    async fn get_capacity(
+        &self,
+        r: Request<v1::GetCapacityRequest>,
+    ) -> Reply<v1::GetCapacityResponse> {
+        self.0
+            .serve("GetCapacity", r, Driver::get_capacity, None)
+            .await
+    }
+    async fn controller_get_capabilities(
+        &self,
+        r: Request<v1::ControllerGetCapabilitiesRequest>,
+    ) -> Reply<v1::ControllerGetCapabilitiesResponse> {
+        self.0
+            .serve(
+                "ControllerGetCapabilities",
+                r,
+                Driver::controller_get_capabilities,
+                None,
+            )
+            .await
+    }
+    async fn create_snapshot(
+        &self,
+        r: Request<v1::CreateSnapshotRequest>,
+    ) -> Reply<v1::CreateSnapshotResponse> {
+        self.0.serve("CreateSnapshot", r, unimplemented, None).await
+    }
+    async fn delete_snapshot(
+        &self,
+        r: Request<v1::DeleteSnapshotRequest>,
+    ) -> Reply<v1::DeleteSnapshotResponse> {
+        self.0.serve("DeleteSnapshot", r, unimplemented, None).await
+    }
+    async fn list_snapshots(
+        &self,
+        r: Request<v1::ListSnapshotsRequest>,
+    ) -> Reply<v1::ListSnapshotsResponse> {
+        self.0.serve("ListSnapshots", r, unimplemented, None).await
+    }
+    async fn get_snapshot(
+        &self,
+        r: Request<v1::GetSnapshotRequest>,
+    ) -> Reply<v1::GetSnapshotResponse> {
+        self.0.serve("GetSnapshot", r, unimplemented, None).await
+    }
+    async fn controller_expand_volume(
+        &self,
+        r: Request<v1::ControllerExpandVolumeRequest>,
+    ) -> Reply<v1::ControllerExpandVolumeResponse> {
+        self.0
+            .serve("ControllerExpandVolume", r, unimplemented, None)
+            .await
+    }
+    async fn controller_get_volume(
+        &self,
+        r: Request<v1::ControllerGetVolumeRequest>,
+    ) -> Reply<v1::ControllerGetVolumeResponse> {
+        self.0
+            .serve(
+                "ControllerGetVolume",
+                r,
+                Driver::controller_get_volume,
+                None,
+            )
+            .await
+    }
+    async fn controller_modify_volume(
+        &self,
+        r: Request<v1::ControllerModifyVolumeRequest>,
+    ) -> Reply<v1::ControllerModifyVolumeResponse> {
+        self.0
+            .serve("ControllerModifyVolume", r, unimplemented, None)
+            .await
+    }
+}
+
+#[tonic::async_trait]
+impl v1::node_server::Node for CsiService {
+    async fn node_stage_volume(
+        &self,
+        r: Request<v1::NodeStageVolumeRequest>,
+    ) -> Reply<v1::NodeStageVolumeResponse> {
+        self.0
+            .serve("NodeStageVolume", r, unimplemented, None)
+            .await
+    }
+    async fn node_unstage_volume(
+        &self,
+        r: Request<v1::NodeUnstageVolumeRequest>,
+    ) -> Reply<v1::NodeUnstageVolumeResponse> {
+        self.0
+            .serve("NodeUnstageVolume", r, unimplemented, None)
+            .await
+    }
+    async fn node_publish_volume(
+        &self,
+        r: Request<v1::NodePublishVolumeRequest>,
+    ) -> Reply<v1::NodePublishVolumeResponse> {
+        self.0
+            .serve("NodePublishVolume", r, unimplemented, None)
+            .await
+    }
+    async fn node_unpublish_volume(
+        &self,
+        r: Request<v1::NodeUnpublishVolumeRequest>,
+    ) -> Reply<v1::NodeUnpublishVolumeResponse> {
+        self.0
+            .serve(
+                "NodeUnpublishVolume",
+                r,
+                Driver::node_unpublish_volume,
+                None,
+            )
+            .await
+    }
+    async fn node_get_volume_stats(
+        &self,
+        r: Request<v1::NodeGetVolumeStatsRequest>,
+    ) -> Reply<v1::NodeGetVolumeStatsResponse> {
+        self.0
+            .serve("NodeGetVolumeStats", r, unimplemented, None)
+            .await
+    }
+    async fn node_expand_volume(
+        &self,
+        r: Request<v1::NodeExpandVolumeRequest>,
+    ) -> Reply<v1::NodeExpandVolumeResponse> {
+        self.0
+            .serve("NodeExpandVolume", r, unimplemented, None)
+            .await
+    }
+    async fn node_get_capabilities(
+        &self,
+        r: Request<v1::NodeGetCapabilitiesRequest>,
+    ) -> Reply<v1::NodeGetCapabilitiesResponse> {
+        self.0
+            .serve(
+                "NodeGetCapabilities",
+                r,
+                Driver::node_get_capabilities,
+                None,
+            )
+            .await
+    }
+    async fn node_get_info(
+        &self,
+        r: Request<v1::NodeGetInfoRequest>,
+    ) -> Reply<v1::NodeGetInfoResponse> {
+        self.0
+            .serve("NodeGetInfo", r, Driver::node_get_info, None)
+            .await
+    }
+}

@@ -1,0 +1,376 @@
+//! Runtime fault injection: which faults are armed per RPC method, and applying them to a call.
+//!
+//! Order for each call: hang (until released) → latency → "error for the next N calls" →
+//! "error with probability p". The last two answer without running the method. The
+//! `create_then_deadline_exceeded` fault is applied after the method ran (see
+//! [`FaultTable::take_deadline_after_create`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::sync::Notify;
+use tonic::Status;
+
+use crate::code::GrpcCode;
+use crate::control::Fault;
+
+/// Every RPC the driver serves, by its gRPC method name. Faults can target any of them.
+pub const METHODS: &[&str] = &[
+    // Identity
+    "GetPluginInfo",
+    "GetPluginCapabilities",
+    "Probe",
+    // Controller
+    "CreateVolume",
+    "DeleteVolume",
+    "ControllerPublishVolume",
+    "ControllerUnpublishVolume",
+    "ValidateVolumeCapabilities",
+    "ListVolumes",
+    "GetCapacity",
+    "ControllerGetCapabilities",
+    "CreateSnapshot",
+    "DeleteSnapshot",
+    "ListSnapshots",
+    "GetSnapshot",
+    "ControllerExpandVolume",
+    "ControllerGetVolume",
+    "ControllerModifyVolume",
+    // Node
+    "NodeStageVolume",
+    "NodeUnstageVolume",
+    "NodePublishVolume",
+    "NodeUnpublishVolume",
+    "NodeGetVolumeStats",
+    "NodeExpandVolume",
+    "NodeGetCapabilities",
+    "NodeGetInfo",
+];
+
+/// The faults armed on one method.
+#[derive(Debug, Default)]
+struct MethodFaults {
+    latency: Option<Duration>,
+    fail_next: Option<(GrpcCode, u32, Option<String>)>,
+    fail_probability: Option<(GrpcCode, f64)>,
+    deadline_after_create: u32,
+    hang: bool,
+    /// Calls currently waiting on `release`.
+    hung: u64,
+}
+
+#[derive(Debug)]
+struct Inner {
+    methods: HashMap<&'static str, MethodFaults>,
+    rng: StdRng,
+}
+
+/// Faults for every method, shared by all calls.
+#[derive(Debug)]
+pub struct FaultTable {
+    inner: Mutex<Inner>,
+    /// One per method, woken by `release`.
+    releases: HashMap<&'static str, Notify>,
+}
+
+/// What the fault table decided before a call ran.
+#[derive(Debug)]
+pub enum Verdict {
+    /// Run the method.
+    Proceed,
+    /// Answer with this status without running the method.
+    Fail(Status),
+}
+
+impl FaultTable {
+    /// An empty table whose probabilistic faults draw from an RNG seeded with `seed`, so a
+    /// chaos run can be replayed.
+    pub fn new(seed: u64) -> Self {
+        FaultTable {
+            inner: Mutex::new(Inner {
+                methods: HashMap::new(),
+                rng: StdRng::seed_from_u64(seed),
+            }),
+            releases: METHODS.iter().map(|m| (*m, Notify::new())).collect(),
+        }
+    }
+
+    /// The canonical `&'static str` for a method name, or an error naming the valid ones.
+    pub fn method(name: &str) -> Result<&'static str, String> {
+        METHODS
+            .iter()
+            .copied()
+            .find(|m| *m == name)
+            .ok_or_else(|| format!("unknown method {name:?}; known: {}", METHODS.join(", ")))
+    }
+
+    /// Arms `fault` on `method`, replacing a fault of the same kind.
+    pub fn set(&self, method: &str, fault: Fault) -> Result<(), String> {
+        let method = Self::method(method)?;
+        let mut inner = self.lock();
+        let faults = inner.methods.entry(method).or_default();
+        match fault {
+            Fault::Latency { ms } => faults.latency = Some(Duration::from_millis(ms)),
+            Fault::Error {
+                code,
+                count,
+                message,
+            } => {
+                if code == GrpcCode::Ok {
+                    return Err("an error fault needs a non-OK code".into());
+                }
+                faults.fail_next = Some((code, count, message));
+            }
+            Fault::ErrorProbability { code, probability } => {
+                if code == GrpcCode::Ok {
+                    return Err("an error fault needs a non-OK code".into());
+                }
+                if !(0.0..=1.0).contains(&probability) {
+                    return Err(format!("probability {probability} is not within 0..=1"));
+                }
+                faults.fail_probability = Some((code, probability));
+            }
+            Fault::CreateThenDeadlineExceeded { count } => {
+                if method != "CreateVolume" {
+                    return Err("create_then_deadline_exceeded applies to CreateVolume only".into());
+                }
+                faults.deadline_after_create = count;
+            }
+            Fault::Hang => faults.hang = true,
+        }
+        Ok(())
+    }
+
+    /// Disarms the faults of `method`, or of all methods. Hung calls stay hung.
+    pub fn clear(&self, method: Option<&str>) -> Result<(), String> {
+        let method = method.map(Self::method).transpose()?;
+        let mut inner = self.lock();
+        for (name, faults) in inner.methods.iter_mut() {
+            if method.is_none_or(|m| m == *name) {
+                let hung = faults.hung;
+                *faults = MethodFaults {
+                    hung,
+                    ..MethodFaults::default()
+                };
+            }
+        }
+        Ok(())
+    }
+
+    /// Lets every call hung on `method` proceed and stops hanging new ones.
+    pub fn release(&self, method: &str) -> Result<(), String> {
+        let method = Self::method(method)?;
+        let mut inner = self.lock();
+        if let Some(faults) = inner.methods.get_mut(method) {
+            faults.hang = false;
+        }
+        // Under the lock, so a call that saw `hang == true` has already registered its waiter.
+        self.releases[method].notify_waiters();
+        Ok(())
+    }
+
+    /// Calls currently hung, per method (only methods with at least one).
+    pub fn hung(&self) -> BTreeMap<String, u64> {
+        self.lock()
+            .methods
+            .iter()
+            .filter(|(_, f)| f.hung > 0)
+            .map(|(m, f)| (m.to_string(), f.hung))
+            .collect()
+    }
+
+    /// Applies the faults armed on `method` to one call, waiting as they say.
+    pub async fn before_call(&self, method: &'static str) -> Verdict {
+        // Created before looking at the flag: `notify_waiters` wakes every `Notified` that
+        // exists when it runs, so a `release` racing with this call cannot be missed.
+        let released = self.releases[method].notified();
+        let hang = {
+            let mut inner = self.lock();
+            let faults = inner.methods.entry(method).or_default();
+            if faults.hang {
+                faults.hung += 1;
+            }
+            faults.hang
+        };
+        if hang {
+            tracing::info!(method, "call hung until released");
+            released.await;
+            let mut inner = self.lock();
+            if let Some(faults) = inner.methods.get_mut(method) {
+                faults.hung = faults.hung.saturating_sub(1);
+            }
+            tracing::info!(method, "hung call released");
+        } else {
+            drop(released);
+        }
+
+        let latency = self.lock().methods.get(method).and_then(|f| f.latency);
+        if let Some(latency) = latency {
+            tokio::time::sleep(latency).await;
+        }
+
+        let mut inner = self.lock();
+        let Inner { methods, rng } = &mut *inner;
+        let Some(faults) = methods.get_mut(method) else {
+            return Verdict::Proceed;
+        };
+        if let Some((code, remaining, message)) = faults.fail_next.as_mut() {
+            let status = Status::new(
+                (*code).into(),
+                message
+                    .clone()
+                    .unwrap_or_else(|| format!("injected fault: {code}")),
+            );
+            *remaining = remaining.saturating_sub(1);
+            if *remaining == 0 {
+                faults.fail_next = None;
+            }
+            return Verdict::Fail(status);
+        }
+        if let Some((code, probability)) = faults.fail_probability
+            && rng.random_bool(probability)
+        {
+            return Verdict::Fail(Status::new(
+                code.into(),
+                format!("injected fault: {code} (probability {probability})"),
+            ));
+        }
+        Verdict::Proceed
+    }
+
+    /// For a `CreateVolume` call that succeeded: whether to answer `DEADLINE_EXCEEDED` instead
+    /// (consuming one of the armed `create_then_deadline_exceeded` calls).
+    pub fn take_deadline_after_create(&self) -> bool {
+        let mut inner = self.lock();
+        match inner.methods.get_mut("CreateVolume") {
+            Some(faults) if faults.deadline_after_create > 0 => {
+                faults.deadline_after_create -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic while holding this lock would be a bug in this file; keep serving anyway.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code_of(verdict: Verdict) -> Option<tonic::Code> {
+        match verdict {
+            Verdict::Proceed => None,
+            Verdict::Fail(status) => Some(status.code()),
+        }
+    }
+
+    #[tokio::test]
+    async fn error_for_next_n_calls_then_proceeds() {
+        let table = FaultTable::new(1);
+        table
+            .set(
+                "DeleteVolume",
+                Fault::Error {
+                    code: GrpcCode::Unavailable,
+                    count: 2,
+                    message: None,
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            code_of(table.before_call("DeleteVolume").await),
+            Some(tonic::Code::Unavailable)
+        );
+        assert_eq!(code_of(table.before_call("CreateVolume").await), None);
+        assert_eq!(
+            code_of(table.before_call("DeleteVolume").await),
+            Some(tonic::Code::Unavailable)
+        );
+        assert_eq!(code_of(table.before_call("DeleteVolume").await), None);
+    }
+
+    #[tokio::test]
+    async fn probability_is_reproducible_for_a_seed() {
+        async fn draws(seed: u64) -> Vec<bool> {
+            let table = FaultTable::new(seed);
+            table
+                .set(
+                    "CreateVolume",
+                    Fault::ErrorProbability {
+                        code: GrpcCode::Aborted,
+                        probability: 0.5,
+                    },
+                )
+                .unwrap();
+            let mut out = Vec::new();
+            for _ in 0..64 {
+                out.push(code_of(table.before_call("CreateVolume").await).is_some());
+            }
+            out
+        }
+        let a = draws(7).await;
+        assert_eq!(a, draws(7).await);
+        assert!(a.iter().any(|x| *x) && a.iter().any(|x| !*x));
+    }
+
+    #[tokio::test]
+    async fn hang_blocks_until_release() {
+        use std::sync::Arc;
+
+        let table = Arc::new(FaultTable::new(1));
+        table.set("CreateVolume", Fault::Hang).unwrap();
+        let call = tokio::spawn({
+            let table = table.clone();
+            async move { code_of(table.before_call("CreateVolume").await) }
+        });
+        while table.hung().get("CreateVolume").copied() != Some(1) {
+            tokio::task::yield_now().await;
+        }
+        assert!(!call.is_finished());
+        table.release("CreateVolume").unwrap();
+        assert_eq!(call.await.unwrap(), None);
+        assert!(table.hung().is_empty());
+        // Released means the hang fault is gone too.
+        assert_eq!(code_of(table.before_call("CreateVolume").await), None);
+    }
+
+    #[test]
+    fn rejects_unknown_methods_and_bad_faults() {
+        let table = FaultTable::new(1);
+        assert!(table.set("CreateVolumes", Fault::Hang).is_err());
+        assert!(
+            table
+                .set(
+                    "Probe",
+                    Fault::ErrorProbability {
+                        code: GrpcCode::Internal,
+                        probability: 1.5
+                    }
+                )
+                .is_err()
+        );
+        assert!(
+            table
+                .set(
+                    "DeleteVolume",
+                    Fault::CreateThenDeadlineExceeded { count: 1 }
+                )
+                .is_err()
+        );
+        table
+            .set(
+                "CreateVolume",
+                Fault::CreateThenDeadlineExceeded { count: 1 },
+            )
+            .unwrap();
+        assert!(table.take_deadline_after_create());
+        assert!(!table.take_deadline_after_create());
+    }
+}

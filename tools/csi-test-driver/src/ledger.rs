@@ -1,0 +1,227 @@
+//! The ledger: every volume the driver holds, how often each RPC was called, and every
+//! `CreateVolume`/`DeleteVolume` outcome. It is the ground truth the chaos tests compare with the
+//! Kubernetes API (no leaked volume, no duplicate per claim, no deleted volume still in use).
+//!
+//! It lives in `<state-dir>/ledger.json`, replaced atomically (temp file + rename) so a reader or
+//! a `kill -9` never sees half a file. Secret values are never stored, only their keys.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::code::GrpcCode;
+
+/// File name of the ledger inside the state directory.
+pub const LEDGER_FILE: &str = "ledger.json";
+
+/// Where the ledger of a driver started with `--state-dir dir` lives.
+pub fn ledger_path(state_dir: &Path) -> PathBuf {
+    state_dir.join(LEDGER_FILE)
+}
+
+/// Everything the driver remembers across restarts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Ledger {
+    /// Volumes that currently exist, by volume id.
+    pub volumes: BTreeMap<String, VolumeRecord>,
+    /// Calls received per RPC method name (`CreateVolume`, `Probe`, ...), faulted ones included.
+    pub calls: BTreeMap<String, u64>,
+    /// Every `CreateVolume` and `DeleteVolume` call, in the order they finished.
+    pub operations: Vec<OperationRecord>,
+    /// Sequence number of the next volume id; never reused, so ids stay unique across restarts.
+    pub next_volume_seq: u64,
+    /// How many times a driver process has started on this ledger.
+    pub starts: u64,
+}
+
+/// A volume held by the driver.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VolumeRecord {
+    pub volume_id: String,
+    /// The `CreateVolume` name (the caller's idempotency key; the PV name for the provisioner).
+    pub name: String,
+    pub capacity_bytes: i64,
+    pub parameters: BTreeMap<String, String>,
+    #[serde(default)]
+    pub mutable_parameters: BTreeMap<String, String>,
+    /// Keys of the secrets sent with the creating call; the values are never recorded.
+    pub secret_keys: Vec<String>,
+    pub volume_context: BTreeMap<String, String>,
+    #[serde(default)]
+    pub content_source: Option<ContentSource>,
+    /// Topology segments the volume is accessible from (empty without `--topology-key`).
+    #[serde(default)]
+    pub accessible_topology: Vec<BTreeMap<String, String>>,
+    /// Nodes the volume is ControllerPublished to, with the readonly flag used.
+    #[serde(default)]
+    pub published_nodes: BTreeMap<String, bool>,
+    /// Milliseconds since the Unix epoch.
+    pub created_at_ms: u64,
+}
+
+/// What a volume was pre-populated from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ContentSource {
+    Snapshot { snapshot_id: String },
+    Volume { volume_id: String },
+}
+
+/// One finished `CreateVolume` or `DeleteVolume` call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OperationRecord {
+    /// `CreateVolume` or `DeleteVolume`.
+    pub method: String,
+    /// The requested name (CreateVolume only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The volume created or found (CreateVolume) or the id asked for (DeleteVolume).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_id: Option<String>,
+    /// The code the caller received.
+    pub code: GrpcCode,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// True when `code` came from an injected fault rather than from the driver's logic.
+    #[serde(default)]
+    pub injected: bool,
+    /// True when this call created a new volume (as opposed to finding an existing one or
+    /// failing). A `create_then_deadline_exceeded` fault shows `created: true` with
+    /// `code: DEADLINE_EXCEEDED`.
+    #[serde(default)]
+    pub created: bool,
+    /// True when this call removed a volume that existed.
+    #[serde(default)]
+    pub deleted: bool,
+    /// Milliseconds since the Unix epoch.
+    pub at_ms: u64,
+}
+
+impl Ledger {
+    /// Reads the ledger in `state_dir`; a missing file is an empty ledger.
+    pub fn load(state_dir: &Path) -> io::Result<Ledger> {
+        let path = ledger_path(state_dir);
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|err| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{} is not a valid ledger: {err}", path.display()),
+                )
+            }),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(Ledger::default()),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Replaces the ledger file in `state_dir` atomically: readers see the old or the new
+    /// ledger, never a torn one, even if the process is killed mid-write.
+    pub fn save(&self, state_dir: &Path) -> io::Result<()> {
+        let path = ledger_path(state_dir);
+        let tmp = state_dir.join(format!("{LEDGER_FILE}.tmp"));
+        let bytes = serde_json::to_vec_pretty(self).map_err(io::Error::other)?;
+        std::fs::write(&tmp, bytes)?;
+        std::fs::rename(&tmp, &path)
+    }
+
+    /// The volume created under `name`, if it still exists.
+    pub fn volume_by_name(&self, name: &str) -> Option<&VolumeRecord> {
+        self.volumes.values().find(|v| v.name == name)
+    }
+
+    /// Total bytes held by existing volumes.
+    pub fn used_bytes(&self) -> i64 {
+        self.volumes.values().map(|v| v.capacity_bytes).sum()
+    }
+
+    /// Operations of one method, e.g. every `CreateVolume` outcome.
+    pub fn operations_of<'a>(
+        &'a self,
+        method: &'a str,
+    ) -> impl Iterator<Item = &'a OperationRecord> + 'a {
+        self.operations.iter().filter(move |op| op.method == method)
+    }
+
+    /// Calls received for `method` so far.
+    pub fn call_count(&self, method: &str) -> u64 {
+        self.calls.get(method).copied().unwrap_or(0)
+    }
+}
+
+/// Milliseconds since the Unix epoch, for timestamps in the ledger.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn volume(id: &str, name: &str) -> VolumeRecord {
+        VolumeRecord {
+            volume_id: id.into(),
+            name: name.into(),
+            capacity_bytes: 1 << 20,
+            parameters: BTreeMap::from([("type".into(), "fast".into())]),
+            mutable_parameters: BTreeMap::new(),
+            secret_keys: vec!["password".into()],
+            volume_context: BTreeMap::new(),
+            content_source: Some(ContentSource::Volume {
+                volume_id: "vol-src".into(),
+            }),
+            accessible_topology: vec![BTreeMap::from([("zone".into(), "z1".into())])],
+            published_nodes: BTreeMap::new(),
+            created_at_ms: 1,
+        }
+    }
+
+    #[test]
+    fn save_then_load_round_trips_and_leaves_no_temp_file() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(Ledger::load(dir.path()).unwrap(), Ledger::default());
+
+        let mut ledger = Ledger::default();
+        ledger
+            .volumes
+            .insert("vol-1".into(), volume("vol-1", "pvc-a"));
+        ledger.calls.insert("CreateVolume".into(), 3);
+        ledger.operations.push(OperationRecord {
+            method: "CreateVolume".into(),
+            name: Some("pvc-a".into()),
+            volume_id: Some("vol-1".into()),
+            code: GrpcCode::DeadlineExceeded,
+            message: String::new(),
+            injected: true,
+            created: true,
+            deleted: false,
+            at_ms: 2,
+        });
+        ledger.next_volume_seq = 2;
+        ledger.save(dir.path()).unwrap();
+
+        let loaded = Ledger::load(dir.path()).unwrap();
+        assert_eq!(loaded, ledger);
+        assert_eq!(loaded.volume_by_name("pvc-a").unwrap().volume_id, "vol-1");
+        assert_eq!(loaded.used_bytes(), 1 << 20);
+        assert_eq!(loaded.call_count("CreateVolume"), 3);
+        assert_eq!(loaded.operations_of("CreateVolume").count(), 1);
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, vec![LEDGER_FILE.to_string()]);
+    }
+
+    #[test]
+    fn a_corrupt_ledger_is_an_error_not_an_empty_ledger() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(ledger_path(dir.path()), b"{not json").unwrap();
+        let err = Ledger::load(dir.path()).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+    }
+}
