@@ -57,7 +57,8 @@ struct SecretMessage {
 }
 
 enum DebugField {
-    /// Printed as prost would print the Rust field.
+    /// Printed through the Rust field's own Debug. Enum-typed fields would show their `i32`
+    /// (none of the secret-bearing CSI messages has one).
     Plain { label: String, ident: String },
     /// Never printed: only how many entries it holds (for maps and repeated fields).
     Secret {
