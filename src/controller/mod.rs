@@ -1,0 +1,126 @@
+//! The reconcilers. Each reads from the reflector caches to *find* work,
+//! re-reads from the API server before any irreversible act (DESIGN §2.2),
+//! decides through the pure `provision` module, acts, and records events.
+//!
+//! kube-runtime's `Controller` gives us the work queue: one reconcile per
+//! object at a time, deduplicated triggers, bounded concurrency. What it lacks
+//! — per-object exponential backoff — lives in [`Backoff`].
+
+pub mod claim;
+pub mod volume;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{PersistentVolume, Secret};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::Client;
+use kube::runtime::reflector::Store;
+
+use crate::csi::{CsiClient, pb};
+use crate::kube::{EventRecorder, LeaderGate};
+use crate::metrics::Metrics;
+use crate::provision::{DriverInfo, ProvisionOptions, SecretRef};
+
+/// Everything the reconcilers share. Built once in `main`.
+pub struct Context {
+    pub client: Client,
+    pub csi: CsiClient,
+    pub driver: DriverInfo,
+    pub options: ProvisionOptions,
+    pub recorder: EventRecorder,
+    pub metrics: Arc<Metrics>,
+    pub classes: Store<StorageClass>,
+    pub leader: LeaderGate,
+    pub claim_backoff: Backoff,
+    pub volume_backoff: Backoff,
+    /// Volumes the driver created whose PV is not saved yet, by claim UID.
+    /// Only an optimisation (saves a `CreateVolume` on retry): after a restart
+    /// the same volume is found again by its deterministic name.
+    pub created: Mutex<HashMap<String, pb::Volume>>,
+    /// Claims whose last `CreateVolume` was `InvalidArgument`: claim UID →
+    /// (when, StorageClass UID). Retried only after `retry_max` or when the
+    /// class changes (upstream: the lib's "infeasible" slow set).
+    pub infeasible: Mutex<HashMap<String, (Instant, String)>>,
+    /// First provisioning attempt per claim UID, for the duration metric.
+    pub started: Mutex<HashMap<String, Instant>>,
+}
+
+/// Per-object exponential backoff: `start · 2^failures`, capped at `max`
+/// (`--retry-interval-start`, `--retry-interval-max`).
+pub struct Backoff {
+    start: Duration,
+    max: Duration,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Backoff {
+    pub fn new(start: Duration, max: Duration) -> Backoff {
+        Backoff {
+            start,
+            max,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Records a failure of `key` and returns how long to wait before the next try.
+    pub fn next_delay(&self, key: &str) -> Duration {
+        let mut failures = self.failures.lock().expect("backoff map poisoned");
+        let n = failures.entry(key.to_string()).or_insert(0);
+        let delay = self
+            .start
+            .saturating_mul(2u32.saturating_pow((*n).min(31)))
+            .min(self.max);
+        *n = n.saturating_add(1);
+        delay
+    }
+
+    pub fn reset(&self, key: &str) {
+        self.failures
+            .lock()
+            .expect("backoff map poisoned")
+            .remove(key);
+    }
+
+    pub fn max(&self) -> Duration {
+        self.max
+    }
+}
+
+impl Context {
+    /// Reads the data of a secret the StorageClass refers to.
+    pub async fn secret_data(&self, r: &SecretRef) -> Result<HashMap<String, String>, kube::Error> {
+        let api: kube::Api<Secret> = kube::Api::namespaced(self.client.clone(), &r.namespace);
+        let secret = api.get(&r.name).await?;
+        Ok(secret
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+            .collect())
+    }
+
+    pub fn pv_api(&self) -> kube::Api<PersistentVolume> {
+        kube::Api::all(self.client.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_max_and_resets() {
+        let b = Backoff::new(Duration::from_secs(1), Duration::from_secs(5));
+        let delays: Vec<u64> = (0..5).map(|_| b.next_delay("a").as_secs()).collect();
+        assert_eq!(delays, vec![1, 2, 4, 5, 5]);
+        assert_eq!(b.next_delay("b").as_secs(), 1, "keys are independent");
+        b.reset("a");
+        assert_eq!(b.next_delay("a").as_secs(), 1);
+        for _ in 0..100 {
+            b.next_delay("c");
+        }
+        assert_eq!(b.next_delay("c"), Duration::from_secs(5), "no overflow");
+    }
+}

@@ -1,0 +1,372 @@
+//! The volume path: a PV we provisioned that is `Released` with reclaim
+//! policy `Delete` gets `DeleteVolume`, then the PV is deleted and our
+//! finalizer dropped. A `Bound` PV's volume is never deleted, even when the PV
+//! object is being deleted: the finalizer holds it until the claim lets go.
+//! upstream: lib controller.go syncVolume, shouldDelete, deleteVolumeOperation.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use kube::ResourceExt;
+use kube::api::{DeleteParams, Preconditions};
+use kube::runtime::controller::Action;
+use tonic::{Code, Status};
+use tracing::{debug, info, warn};
+
+use super::Context;
+use crate::csi::pb;
+use crate::keys;
+use crate::kube::{
+    EventType, add_finalizer, get_fresh, has_finalizer, is_status, remove_finalizer,
+};
+use crate::metrics::VolumeLabels;
+use crate::provision::SecretRef;
+
+#[derive(Debug, thiserror::Error)]
+pub enum VolumeError {
+    #[error("rpc error: code = {code} desc = {message}", code = crate::csi::code_name(.0.code()), message = .0.message())]
+    DeleteVolume(Status),
+    #[error("kubernetes API error: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("not the leader: not acting")]
+    NotLeader,
+}
+
+/// What a PV needs from us, decided from the cached (or fresh) object.
+#[derive(Debug, PartialEq, Eq)]
+enum Work {
+    Nothing,
+    /// Bound with policy Delete and no finalizer: hold it (also adopts
+    /// statically provisioned PVs of our driver, as upstream does).
+    AddFinalizer,
+    /// Policy is no longer Delete: let the PV go, keep the volume.
+    RemoveFinalizer,
+    /// Released with policy Delete: delete the backend volume and the PV.
+    Delete,
+}
+
+fn is_ours(pv: &PersistentVolume, driver: &str) -> bool {
+    let ann = pv.annotations();
+    match ann.get(keys::ANN_PROVISIONED_BY) {
+        Some(by) => {
+            by == driver || ann.get(keys::ANN_MIGRATED_TO).map(String::as_str) == Some(driver)
+        }
+        None => pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.csi.as_ref())
+            .is_some_and(|c| c.driver == driver),
+    }
+}
+
+fn work_for(pv: &PersistentVolume, driver: &str) -> Work {
+    if !is_ours(pv, driver) {
+        return Work::Nothing;
+    }
+    let held = has_finalizer(pv, keys::FINALIZER_PV);
+    let deleting = pv.metadata.deletion_timestamp.is_some();
+    let policy = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
+        .unwrap_or("Delete");
+    let phase = pv
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("");
+    if policy != "Delete" {
+        return if held {
+            Work::RemoveFinalizer
+        } else {
+            Work::Nothing
+        };
+    }
+    match phase {
+        // Being deleted without our finalizer: someone else's decision, as upstream.
+        _ if deleting && !held => Work::Nothing,
+        "Released" => Work::Delete,
+        "Bound" if !held && !deleting => Work::AddFinalizer,
+        _ => Work::Nothing,
+    }
+}
+
+pub async fn reconcile(
+    pv: Arc<PersistentVolume>,
+    ctx: Arc<Context>,
+) -> Result<Action, VolumeError> {
+    let api = ctx.pv_api();
+    match work_for(&pv, &ctx.driver.name) {
+        Work::Nothing => {}
+        Work::AddFinalizer => match add_finalizer(&api, pv.as_ref(), keys::FINALIZER_PV).await {
+            Ok(_) => {}
+            Err(e) if is_status(&e, 422) || is_status(&e, 404) || is_status(&e, 403) => {}
+            Err(e) => return Err(e.into()),
+        },
+        Work::RemoveFinalizer => {
+            remove_finalizer(&api, pv.as_ref(), keys::FINALIZER_PV).await?;
+        }
+        Work::Delete => delete(&ctx, &pv).await?,
+    }
+    ctx.volume_backoff.reset(&pv.name_any());
+    Ok(Action::await_change())
+}
+
+pub fn error_policy(pv: Arc<PersistentVolume>, err: &VolumeError, ctx: Arc<Context>) -> Action {
+    let delay = ctx.volume_backoff.next_delay(&pv.name_any());
+    match err {
+        VolumeError::NotLeader => debug!(pv = %pv.name_any(), "not leader"),
+        _ => warn!(pv = %pv.name_any(), error = %err, retry_in = ?delay, "deletion failed"),
+    }
+    Action::requeue(delay)
+}
+
+fn labels(pv: &PersistentVolume) -> VolumeLabels {
+    VolumeLabels {
+        class: pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.storage_class_name.clone())
+            .unwrap_or_default(),
+    }
+}
+
+async fn delete(ctx: &Context, cached: &PersistentVolume) -> Result<(), VolumeError> {
+    let api = ctx.pv_api();
+    // Authoritative re-read: phase, policy, ownership and identity must still
+    // say "delete" on the API server, not just in our cache.
+    let Some(pv) = get_fresh(&api, &cached.name_any()).await? else {
+        return Ok(());
+    };
+    if pv.uid() != cached.uid() || work_for(&pv, &ctx.driver.name) != Work::Delete {
+        debug!(pv = %pv.name_any(), "no longer to be deleted");
+        return Ok(());
+    }
+    let started = Instant::now();
+    let Some(handle) = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.csi.as_ref())
+        .map(|c| c.volume_handle.clone())
+    else {
+        warn!(pv = %pv.name_any(), "invalid CSI PV: no csi source");
+        return Ok(());
+    };
+    let secrets = deletion_secrets(ctx, &pv).await;
+    if !ctx.leader.is_leader() {
+        return Err(VolumeError::NotLeader);
+    }
+    match ctx
+        .csi
+        .delete_volume(pb::DeleteVolumeRequest {
+            volume_id: handle.clone(),
+            secrets,
+        })
+        .await
+    {
+        Ok(_) => {}
+        // Already gone on the backend: that is what we wanted.
+        Err(s) if s.code() == Code::NotFound => {}
+        Err(s) => {
+            let err = VolumeError::DeleteVolume(s);
+            ctx.metrics
+                .delete_failed_total
+                .get_or_create(&labels(&pv))
+                .inc();
+            ctx.recorder
+                .record(
+                    &pv,
+                    EventType::Warning,
+                    "VolumeFailedDelete",
+                    &err.to_string(),
+                )
+                .await;
+            return Err(err);
+        }
+    }
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: pv.uid(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(&pv.name_any(), &dp).await {
+        Ok(_) => {}
+        Err(e) if is_status(&e, 404) || is_status(&e, 409) => {}
+        Err(e) => return Err(e.into()),
+    }
+    if let Some(current) = get_fresh(&api, &pv.name_any()).await?
+        && current.uid() == pv.uid()
+    {
+        remove_finalizer(&api, &current, keys::FINALIZER_PV).await?;
+    }
+    ctx.metrics.delete_total.get_or_create(&labels(&pv)).inc();
+    ctx.metrics
+        .delete_duration
+        .get_or_create(&labels(&pv))
+        .observe(started.elapsed().as_secs_f64());
+    info!(pv = %pv.name_any(), volume = %handle, "deleted");
+    Ok(())
+}
+
+/// The provisioner secret recorded on the PV at provisioning time. A secret
+/// that cannot be read is logged and deletion goes on without it (upstream).
+async fn deletion_secrets(ctx: &Context, pv: &PersistentVolume) -> HashMap<String, String> {
+    let ann = pv.annotations();
+    let (Some(name), Some(namespace)) = (
+        ann.get(keys::ANN_DELETION_SECRET_NAME),
+        ann.get(keys::ANN_DELETION_SECRET_NAMESPACE),
+    ) else {
+        return HashMap::new();
+    };
+    if name.is_empty() || namespace.is_empty() {
+        return HashMap::new();
+    }
+    let r = SecretRef {
+        name: name.clone(),
+        namespace: namespace.clone(),
+    };
+    ctx.secret_data(&r).await.unwrap_or_else(|e| {
+        warn!(pv = %pv.name_any(), secret = %format!("{namespace}/{name}"), error = %e, "deleting without the provisioner secret");
+        HashMap::new()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        CSIPersistentVolumeSource, PersistentVolumeSpec, PersistentVolumeStatus,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    struct Pv(PersistentVolume);
+
+    impl Pv {
+        fn ours() -> Pv {
+            let mut pv = PersistentVolume::default();
+            pv.metadata.annotations =
+                Some([(keys::ANN_PROVISIONED_BY.to_string(), "d".to_string())].into());
+            pv.spec = Some(PersistentVolumeSpec {
+                persistent_volume_reclaim_policy: Some("Delete".into()),
+                csi: Some(CSIPersistentVolumeSource {
+                    driver: "d".into(),
+                    volume_handle: "h".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+            Pv(pv)
+        }
+        fn static_of(driver: &str) -> Pv {
+            let mut pv = Pv::ours();
+            pv.0.metadata.annotations = None;
+            pv.0.spec.as_mut().unwrap().csi.as_mut().unwrap().driver = driver.into();
+            pv
+        }
+        fn phase(mut self, p: &str) -> Pv {
+            self.0.status = Some(PersistentVolumeStatus {
+                phase: Some(p.into()),
+                ..Default::default()
+            });
+            self
+        }
+        fn policy(mut self, p: &str) -> Pv {
+            self.0
+                .spec
+                .as_mut()
+                .unwrap()
+                .persistent_volume_reclaim_policy = Some(p.into());
+            self
+        }
+        fn held(mut self) -> Pv {
+            self.0.metadata.finalizers = Some(vec![keys::FINALIZER_PV.into()]);
+            self
+        }
+        fn deleting(mut self) -> Pv {
+            self.0.metadata.deletion_timestamp =
+                Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+            self
+        }
+        fn by(mut self, who: &str) -> Pv {
+            self.0.metadata.annotations =
+                Some([(keys::ANN_PROVISIONED_BY.to_string(), who.to_string())].into());
+            self
+        }
+    }
+
+    #[test]
+    fn decides_like_upstream_should_delete() {
+        use Work::*;
+        let cases: Vec<(Pv, Work, &str)> = vec![
+            (
+                Pv::ours().phase("Released").held(),
+                Delete,
+                "released, delete policy",
+            ),
+            (
+                Pv::ours().phase("Released"),
+                Delete,
+                "released without finalizer (older PV)",
+            ),
+            (
+                Pv::ours().phase("Released").held().deleting(),
+                Delete,
+                "released and being deleted",
+            ),
+            (
+                Pv::ours().phase("Released").deleting(),
+                Nothing,
+                "deleting without our finalizer",
+            ),
+            (
+                Pv::ours().phase("Bound").held(),
+                Nothing,
+                "bound: never delete",
+            ),
+            (
+                Pv::ours().phase("Bound").held().deleting(),
+                Nothing,
+                "bound while PV deleted: wait for release",
+            ),
+            (
+                Pv::ours().phase("Bound"),
+                AddFinalizer,
+                "bound without finalizer: hold it",
+            ),
+            (
+                Pv::static_of("d").phase("Bound"),
+                AddFinalizer,
+                "adopts static PVs of our driver",
+            ),
+            (
+                Pv::static_of("other").phase("Released"),
+                Nothing,
+                "static PV of another driver",
+            ),
+            (
+                Pv::ours().by("other").phase("Released"),
+                Nothing,
+                "provisioned by another",
+            ),
+            (
+                Pv::ours().phase("Released").held().policy("Retain"),
+                RemoveFinalizer,
+                "switched to Retain",
+            ),
+            (
+                Pv::ours().phase("Released").policy("Retain"),
+                Nothing,
+                "retain, no finalizer",
+            ),
+            (Pv::ours().phase("Available").held(), Nothing, "available"),
+            (Pv::ours().phase("Pending").held(), Nothing, "pending"),
+        ];
+        for (pv, want, what) in cases {
+            assert_eq!(work_for(&pv.0, "d"), want, "{what}");
+        }
+    }
+}

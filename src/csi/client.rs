@@ -1,0 +1,268 @@
+//! A CSI client over a unix socket. Every call is bounded by `--timeout`,
+//! recorded in `csi_sidecar_operations_seconds`, and logged at debug level with
+//! secrets redacted (the generated `Debug` of messages with secrets never
+//! prints their values).
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+use tracing::debug;
+
+use super::pb;
+use crate::metrics::{CsiOperationLabels, Metrics};
+
+/// What the driver told us it can do, read once at start-up.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DriverCapabilities {
+    pub controller_service: bool,
+    pub accessibility_constraints: bool,
+    pub create_delete_volume: bool,
+    pub publish_unpublish_volume: bool,
+    pub clone_volume: bool,
+    pub create_delete_snapshot: bool,
+    pub single_node_multi_writer: bool,
+    pub modify_volume: bool,
+}
+
+impl DriverCapabilities {
+    pub fn from_responses(
+        plugin: &pb::GetPluginCapabilitiesResponse,
+        controller: Option<&pb::ControllerGetCapabilitiesResponse>,
+    ) -> DriverCapabilities {
+        use pb::controller_service_capability::rpc::Type as Rpc;
+        use pb::plugin_capability::service::Type as Svc;
+        let mut caps = DriverCapabilities::default();
+        for cap in &plugin.capabilities {
+            if let Some(pb::plugin_capability::Type::Service(s)) = &cap.r#type {
+                match Svc::try_from(s.r#type) {
+                    Ok(Svc::ControllerService) => caps.controller_service = true,
+                    Ok(Svc::VolumeAccessibilityConstraints) => {
+                        caps.accessibility_constraints = true
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for cap in controller
+            .map(|c| c.capabilities.as_slice())
+            .unwrap_or_default()
+        {
+            if let Some(pb::controller_service_capability::Type::Rpc(r)) = &cap.r#type {
+                match Rpc::try_from(r.r#type) {
+                    Ok(Rpc::CreateDeleteVolume) => caps.create_delete_volume = true,
+                    Ok(Rpc::PublishUnpublishVolume) => caps.publish_unpublish_volume = true,
+                    Ok(Rpc::CloneVolume) => caps.clone_volume = true,
+                    Ok(Rpc::CreateDeleteSnapshot) => caps.create_delete_snapshot = true,
+                    Ok(Rpc::SingleNodeMultiWriter) => caps.single_node_multi_writer = true,
+                    Ok(Rpc::ModifyVolume) => caps.modify_volume = true,
+                    _ => {}
+                }
+            }
+        }
+        caps
+    }
+
+    /// Upstream refuses every Provision/Delete (but still starts) when this is false.
+    pub fn supports_provisioning(&self) -> bool {
+        self.controller_service && self.create_delete_volume
+    }
+}
+
+#[derive(Clone)]
+pub struct CsiClient {
+    channel: Channel,
+    timeout: Duration,
+    driver_name: Arc<str>,
+    metrics: Arc<Metrics>,
+}
+
+impl CsiClient {
+    /// Connects to the unix socket at `path`, retrying until `dial_timeout`
+    /// (upstream: 30 s, then exit).
+    pub async fn connect(
+        path: &Path,
+        timeout: Duration,
+        dial_timeout: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Result<CsiClient, tonic::transport::Error> {
+        let deadline = Instant::now() + dial_timeout;
+        let mut last_log = Instant::now();
+        let channel = loop {
+            match csi_proto::connect_unix(path).await {
+                Ok(channel) => break channel,
+                Err(e) if Instant::now() < deadline => {
+                    if last_log.elapsed() >= Duration::from_secs(10) {
+                        tracing::warn!(address = %path.display(), "still connecting to the CSI driver");
+                        last_log = Instant::now();
+                    }
+                    debug!(error = %e, "CSI connect failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        Ok(CsiClient {
+            channel,
+            timeout,
+            driver_name: Arc::from(""),
+            metrics,
+        })
+    }
+
+    /// Records the driver name (from `GetPluginInfo`) used as a metric label.
+    pub fn set_driver_name(&mut self, name: &str) {
+        self.driver_name = Arc::from(name);
+    }
+
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn identity(&self) -> pb::identity_client::IdentityClient<Channel> {
+        pb::identity_client::IdentityClient::new(self.channel.clone())
+    }
+
+    fn controller(&self) -> pb::controller_client::ControllerClient<Channel> {
+        pb::controller_client::ControllerClient::new(self.channel.clone())
+    }
+
+    /// Runs one call with the per-call timeout, records its duration and code.
+    async fn call<T, F>(&self, method: &'static str, fut: F) -> Result<T, Status>
+    where
+        F: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let start = Instant::now();
+        let result = match tokio::time::timeout(self.timeout, fut).await {
+            Ok(r) => r.map(tonic::Response::into_inner),
+            Err(_) => Err(Status::deadline_exceeded(format!(
+                "{method} timed out after {:?}",
+                self.timeout
+            ))),
+        };
+        let code = match &result {
+            Ok(_) => "OK".to_string(),
+            Err(s) => code_name(s.code()).to_string(),
+        };
+        self.metrics
+            .csi_operations
+            .get_or_create(&CsiOperationLabels {
+                driver_name: self.driver_name.to_string(),
+                method_name: method.to_string(),
+                grpc_status_code: code,
+            })
+            .observe(start.elapsed().as_secs_f64());
+        result
+    }
+
+    pub async fn probe(&self) -> Result<pb::ProbeResponse, Status> {
+        self.call(
+            "/csi.v1.Identity/Probe",
+            self.identity().probe(pb::ProbeRequest {}),
+        )
+        .await
+    }
+
+    pub async fn get_plugin_info(&self) -> Result<pb::GetPluginInfoResponse, Status> {
+        self.call(
+            "/csi.v1.Identity/GetPluginInfo",
+            self.identity().get_plugin_info(pb::GetPluginInfoRequest {}),
+        )
+        .await
+    }
+
+    pub async fn get_plugin_capabilities(
+        &self,
+    ) -> Result<pb::GetPluginCapabilitiesResponse, Status> {
+        self.call(
+            "/csi.v1.Identity/GetPluginCapabilities",
+            self.identity()
+                .get_plugin_capabilities(pb::GetPluginCapabilitiesRequest {}),
+        )
+        .await
+    }
+
+    pub async fn controller_get_capabilities(
+        &self,
+    ) -> Result<pb::ControllerGetCapabilitiesResponse, Status> {
+        self.call(
+            "/csi.v1.Controller/ControllerGetCapabilities",
+            self.controller()
+                .controller_get_capabilities(pb::ControllerGetCapabilitiesRequest {}),
+        )
+        .await
+    }
+
+    pub async fn create_volume(
+        &self,
+        req: pb::CreateVolumeRequest,
+    ) -> Result<pb::CreateVolumeResponse, Status> {
+        debug!(request = ?req, "CreateVolume");
+        let res = self
+            .call(
+                "/csi.v1.Controller/CreateVolume",
+                self.controller().create_volume(req),
+            )
+            .await;
+        debug!(response = ?res, "CreateVolume done");
+        res
+    }
+
+    pub async fn delete_volume(
+        &self,
+        req: pb::DeleteVolumeRequest,
+    ) -> Result<pb::DeleteVolumeResponse, Status> {
+        debug!(request = ?req, "DeleteVolume");
+        let res = self
+            .call(
+                "/csi.v1.Controller/DeleteVolume",
+                self.controller().delete_volume(req),
+            )
+            .await;
+        debug!(response = ?res, "DeleteVolume done");
+        res
+    }
+
+    /// Probes until the driver says it is ready (upstream ProbeForever): absent
+    /// `ready` means ready; `ready=false` and timeouts are retried every second;
+    /// any other error is returned (the caller exits).
+    pub async fn probe_until_ready(&self) -> Result<(), Status> {
+        loop {
+            match self.probe().await {
+                Ok(r) if r.ready.unwrap_or(true) => return Ok(()),
+                Ok(_) => tracing::info!("CSI driver is not ready yet"),
+                Err(s) if s.code() == Code::DeadlineExceeded => {
+                    tracing::info!("CSI Probe timed out")
+                }
+                Err(s) => return Err(s),
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+/// gRPC code names as Go's `codes.Code.String()` spells them (metric label values).
+pub fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "Canceled",
+        Code::Unknown => "Unknown",
+        Code::InvalidArgument => "InvalidArgument",
+        Code::DeadlineExceeded => "DeadlineExceeded",
+        Code::NotFound => "NotFound",
+        Code::AlreadyExists => "AlreadyExists",
+        Code::PermissionDenied => "PermissionDenied",
+        Code::ResourceExhausted => "ResourceExhausted",
+        Code::FailedPrecondition => "FailedPrecondition",
+        Code::Aborted => "Aborted",
+        Code::OutOfRange => "OutOfRange",
+        Code::Unimplemented => "Unimplemented",
+        Code::Internal => "Internal",
+        Code::Unavailable => "Unavailable",
+        Code::DataLoss => "DataLoss",
+        Code::Unauthenticated => "Unauthenticated",
+    }
+}

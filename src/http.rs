@@ -1,0 +1,116 @@
+//! The HTTP endpoint (`--http-endpoint` / `--metrics-address`): Prometheus
+//! metrics at `--metrics-path` and `/healthz/leader-election`. It starts
+//! before leader election, so standby replicas serve metrics too.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+/// Health of leader election, for `/healthz/leader-election`.
+pub trait LeaderHealth: Send + Sync {
+    /// `Err(reason)` when this replica believes it leads but failed to renew
+    /// in time (upstream: the HealthzAdaptor).
+    fn check(&self) -> Result<(), String>;
+}
+
+pub struct HttpServer {
+    pub registry: Arc<Registry>,
+    pub metrics_path: String,
+    pub leader: Option<Arc<dyn LeaderHealth>>,
+}
+
+impl HttpServer {
+    /// Binds now (a bind failure is fatal, as upstream) and serves until `stop`.
+    pub async fn serve(self, addr: &str, stop: CancellationToken) -> std::io::Result<SocketAddr> {
+        let listener = TcpListener::bind(normalize_addr(addr)).await?;
+        let local = listener.local_addr()?;
+        let this = Arc::new(self);
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    r = listener.accept() => match r {
+                        Ok(s) => s,
+                        Err(e) => { warn!(error = %e, "accept failed"); continue; }
+                    },
+                };
+                let this = this.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req| {
+                        let this = this.clone();
+                        async move { Ok::<_, Infallible>(this.handle(req)) }
+                    });
+                    if let Err(e) = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await
+                    {
+                        debug!(error = %e, "http connection ended");
+                    }
+                });
+            }
+        });
+        Ok(local)
+    }
+
+    fn handle(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
+        let path = req.uri().path();
+        if path == self.metrics_path {
+            let mut body = String::new();
+            match prometheus_client::encoding::text::encode(&mut body, &self.registry) {
+                Ok(()) => reply(
+                    StatusCode::OK,
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    body,
+                ),
+                Err(e) => reply(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "text/plain",
+                    e.to_string(),
+                ),
+            }
+        } else if path == "/healthz/leader-election" && self.leader.is_some() {
+            match self.leader.as_ref().map(|l| l.check()) {
+                Some(Err(reason)) => reply(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "text/plain",
+                    format!("internal server error: {reason}"),
+                ),
+                _ => reply(StatusCode::OK, "text/plain", "ok".into()),
+            }
+        } else {
+            reply(
+                StatusCode::NOT_FOUND,
+                "text/plain",
+                "404 page not found\n".into(),
+            )
+        }
+    }
+}
+
+fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header("content-type", content_type)
+        .body(Full::new(Bytes::from(body)))
+        .expect("static response parts are valid")
+}
+
+/// Go accepts `:8080` meaning every interface.
+fn normalize_addr(addr: &str) -> String {
+    if addr.starts_with(':') {
+        format!("0.0.0.0{addr}")
+    } else {
+        addr.to_string()
+    }
+}

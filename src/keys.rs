@@ -1,0 +1,47 @@
+//! Every annotation, label, finalizer and parameter key the sidecar reads or
+//! writes, in one place. Values match upstream external-provisioner exactly so
+//! the two can replace each other on a live cluster.
+
+/// PVC annotation naming the provisioner that should provision it (set by kube-controller-manager).
+pub const ANN_STORAGE_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
+/// Deprecated beta spelling, read when the GA one is absent.
+pub const ANN_BETA_STORAGE_PROVISIONER: &str = "volume.beta.kubernetes.io/storage-provisioner";
+/// PVC/PV annotation: the in-tree volume was migrated to this CSI driver.
+pub const ANN_MIGRATED_TO: &str = "pv.kubernetes.io/migrated-to";
+/// PVC annotation set by the scheduler for WaitForFirstConsumer claims.
+pub const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+/// Old alpha spelling of the selected node, read as a fallback.
+pub const ANN_ALPHA_SELECTED_NODE: &str = "volume.alpha.kubernetes.io/selected-node";
+/// Legacy storage class annotation; takes precedence over `spec.storageClassName`.
+pub const ANN_BETA_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
+/// PV annotation: which provisioner created it (ownership for deletion).
+pub const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
+/// PV annotations recording the provisioner secret, so deletion works after the StorageClass is gone.
+pub const ANN_DELETION_SECRET_NAME: &str = "volume.kubernetes.io/provisioner-deletion-secret-name";
+pub const ANN_DELETION_SECRET_NAMESPACE: &str =
+    "volume.kubernetes.io/provisioner-deletion-secret-namespace";
+/// PV annotations for the controller-modify secret (used by external-resizer).
+pub const ANN_MODIFY_SECRET_NAME: &str = "volume.kubernetes.io/controller-modify-secret-name";
+pub const ANN_MODIFY_SECRET_NAMESPACE: &str =
+    "volume.kubernetes.io/controller-modify-secret-namespace";
+
+/// Key in `pv.spec.csi.volumeAttributes` identifying the provisioner instance.
+pub const ATTR_PROVISIONER_IDENTITY: &str = "storage.kubernetes.io/csiProvisionerIdentity";
+
+/// PV finalizer held until the backend volume is deleted (upstream's HonorPVReclaimPolicy finalizer).
+pub const FINALIZER_PV: &str = "external-provisioner.volume.kubernetes.io/finalizer";
+/// PVC finalizer: the durable intent to provision (DESIGN §2.5). Added before the
+/// first `CreateVolume`, removed once the PV is saved or the abandoned backend
+/// volume is deleted. Upstream has no equivalent (its issue #486); see
+/// docs/compatibility.md.
+pub const FINALIZER_PVC_INTENT: &str = "csi-provisioner.rs/provisioning-intent";
+
+/// Parameters with this prefix are for the sidecar and are stripped before `CreateVolume`.
+pub const CSI_PARAMETER_PREFIX: &str = "csi.storage.k8s.io/";
+pub const PARAM_FSTYPE: &str = "csi.storage.k8s.io/fstype";
+/// Deprecated fsType key, matched case-insensitively and passed through to the driver.
+pub const PARAM_FSTYPE_LEGACY: &str = "fstype";
+/// Keys added to `CreateVolume` parameters with `--extra-create-metadata`.
+pub const PARAM_PVC_NAME: &str = "csi.storage.k8s.io/pvc/name";
+pub const PARAM_PVC_NAMESPACE: &str = "csi.storage.k8s.io/pvc/namespace";
+pub const PARAM_PV_NAME: &str = "csi.storage.k8s.io/pv/name";

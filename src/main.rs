@@ -1,0 +1,123 @@
+//! csi-provisioner: parse flags, set up logging, run until SIGTERM.
+
+use std::process::ExitCode;
+
+use csi_provisioner::config::{self, Config, Env, LogFormat};
+use csi_provisioner::logging;
+use csi_provisioner::provision::ProvisionOptions;
+use csi_provisioner::run::{LeaderElection, RunConfig, run};
+use tokio_util::sync::CancellationToken;
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    let args = match config::parse_from(argv.clone()) {
+        Ok(a) => a,
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => {
+            print!("{e}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("{}", config::error_line(&e));
+            return ExitCode::from(e.exit_code() as u8);
+        }
+    };
+    if args.version {
+        println!(
+            "{} {}",
+            argv.first()
+                .map(String::as_str)
+                .unwrap_or("csi-provisioner"),
+            env!("CARGO_PKG_VERSION")
+        );
+        return ExitCode::SUCCESS;
+    }
+    let cfg = match Config::from_args(&args, &Env::from_process()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(1);
+        }
+    };
+    let format = match cfg.logging.format {
+        LogFormat::Text => logging::Format::Text,
+        LogFormat::Json => logging::Format::Json,
+    };
+    logging::init(cfg.logging.verbosity, format);
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("failed to start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let code = runtime.block_on(async {
+        let stop = CancellationToken::new();
+        tokio::spawn(shutdown_on_signal(stop.clone()));
+        match run(run_config(&cfg), stop).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                tracing::error!("{e}");
+                eprintln!("{e}");
+                ExitCode::from(1)
+            }
+        }
+    });
+    // Never hang on shutdown: stuck calls get a short grace period.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+    code
+}
+
+fn run_config(cfg: &Config) -> RunConfig {
+    let p = &cfg.provisioning;
+    RunConfig {
+        csi_socket: cfg.csi_socket.clone(),
+        kubeconfig: cfg.client.kubeconfig.clone(),
+        master: cfg.client.master.clone(),
+        rate_limit: cfg.client.rate_limit,
+        timeout: cfg.timeout,
+        retry_start: p.retry_interval_start,
+        retry_max: p.retry_interval_max,
+        worker_threads: p.worker_threads,
+        provision: ProvisionOptions {
+            volume_name_prefix: p.volume_name_prefix.clone(),
+            volume_name_uuid_length: p.volume_name_uuid_length.map_or(-1, |n| n as i32),
+            extra_create_metadata: p.extra_create_metadata,
+            default_fstype: p.default_fstype.clone().unwrap_or_default(),
+            controller_publish_readonly: p.controller_publish_readonly,
+        },
+        http_endpoint: cfg.http.as_ref().map(|h| h.address.clone()),
+        leader_health: cfg.http.as_ref().is_some_and(|h| h.leader_election_health),
+        metrics_path: cfg
+            .http
+            .as_ref()
+            .map(|h| h.metrics_path.clone())
+            .unwrap_or_else(|| "/metrics".into()),
+        leader_election: cfg.leader_election.as_ref().map(|le| LeaderElection {
+            namespace: le.namespace.clone(),
+            lease_duration: le.lease_duration,
+            renew_deadline: le.renew_deadline,
+            retry_period: le.retry_period,
+            labels: le.labels.clone(),
+        }),
+    }
+}
+
+/// SIGTERM or SIGINT cancels the token; a second signal exits at once.
+async fn shutdown_on_signal(stop: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return;
+    };
+    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+    tracing::info!("shutting down");
+    stop.cancel();
+    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+    std::process::exit(1);
+}

@@ -1,0 +1,350 @@
+//! The driver's answer → the PersistentVolume we save.
+//! upstream: pkg/controller/controller.go Provision (PV construction) and the
+//! lib's claimRef/finalizer/provisioned-by additions.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    CSIPersistentVolumeSource, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    ObjectReference, PersistentVolume, PersistentVolumeClaim, PersistentVolumeSpec,
+    SecretReference, VolumeNodeAffinity,
+};
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::{
+    DriverInfo, PreparedVolume, ProvisionError, ProvisionOptions, SecretKind, claim_class, quantity,
+};
+use crate::csi::pb;
+use crate::keys;
+
+pub fn build_pv(
+    prepared: &PreparedVolume,
+    claim: &PersistentVolumeClaim,
+    class: &StorageClass,
+    response: &pb::CreateVolumeResponse,
+    driver: &DriverInfo,
+    opts: &ProvisionOptions,
+) -> Result<PersistentVolume, ProvisionError> {
+    let volume = response
+        .volume
+        .as_ref()
+        .filter(|v| !v.volume_id.is_empty())
+        .ok_or(ProvisionError::EmptyVolumeId)?;
+    // A driver that reports 0 gave us what we asked for.
+    let bytes = if volume.capacity_bytes == 0 {
+        prepared.requested_bytes
+    } else {
+        volume.capacity_bytes
+    };
+    if bytes < prepared.requested_bytes {
+        return Err(ProvisionError::VolumeTooSmall {
+            got: bytes,
+            want: prepared.requested_bytes,
+        });
+    }
+    let spec = claim.spec.clone().unwrap_or_default();
+    let access_modes = spec.access_modes.clone().unwrap_or_default();
+
+    let mut attributes: BTreeMap<String, String> = volume
+        .volume_context
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    attributes.insert(
+        keys::ATTR_PROVISIONER_IDENTITY.into(),
+        driver.identity.clone(),
+    );
+
+    let secret = |kind| {
+        prepared
+            .secret_refs
+            .get(&kind)
+            .map(|r: &super::SecretRef| SecretReference {
+                name: Some(r.name.clone()),
+                namespace: Some(r.namespace.clone()),
+            })
+    };
+    let read_only = opts.controller_publish_readonly
+        && access_modes.len() == 1
+        && access_modes[0] == "ReadOnlyMany";
+
+    let mut annotations = BTreeMap::new();
+    annotations.insert(
+        keys::ANN_PROVISIONED_BY.to_string(),
+        class.provisioner.clone(),
+    );
+    // Always written (empty when the class names no provisioner secret), so
+    // deletion never has to consult a StorageClass that may be gone.
+    let (del_name, del_ns) = prepared
+        .provisioner_secret()
+        .map(|r| (r.name.clone(), r.namespace.clone()))
+        .unwrap_or_default();
+    annotations.insert(keys::ANN_DELETION_SECRET_NAME.into(), del_name);
+    annotations.insert(keys::ANN_DELETION_SECRET_NAMESPACE.into(), del_ns);
+    if let Some(r) = prepared.secret_refs.get(&SecretKind::ControllerModify) {
+        annotations.insert(keys::ANN_MODIFY_SECRET_NAME.into(), r.name.clone());
+        annotations.insert(
+            keys::ANN_MODIFY_SECRET_NAMESPACE.into(),
+            r.namespace.clone(),
+        );
+    }
+
+    Ok(PersistentVolume {
+        metadata: ObjectMeta {
+            name: Some(prepared.pv_name.clone()),
+            annotations: Some(annotations),
+            finalizers: Some(vec![keys::FINALIZER_PV.to_string()]),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeSpec {
+            access_modes: Some(access_modes),
+            capacity: Some(
+                [(
+                    "storage".to_string(),
+                    Quantity(quantity::format_bytes(bytes)),
+                )]
+                .into(),
+            ),
+            claim_ref: Some(ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("PersistentVolumeClaim".into()),
+                name: claim.metadata.name.clone(),
+                namespace: claim.metadata.namespace.clone(),
+                uid: claim.metadata.uid.clone(),
+                resource_version: claim.metadata.resource_version.clone(),
+                ..Default::default()
+            }),
+            csi: Some(CSIPersistentVolumeSource {
+                driver: driver.name.clone(),
+                volume_handle: volume.volume_id.clone(),
+                fs_type: (!prepared.fs_type.is_empty()).then(|| prepared.fs_type.clone()),
+                volume_attributes: Some(attributes),
+                read_only: read_only.then_some(true),
+                controller_publish_secret_ref: secret(SecretKind::ControllerPublish),
+                node_stage_secret_ref: secret(SecretKind::NodeStage),
+                node_publish_secret_ref: secret(SecretKind::NodePublish),
+                controller_expand_secret_ref: secret(SecretKind::ControllerExpand),
+                node_expand_secret_ref: secret(SecretKind::NodeExpand),
+            }),
+            persistent_volume_reclaim_policy: Some(
+                class
+                    .reclaim_policy
+                    .clone()
+                    .unwrap_or_else(|| "Delete".into()),
+            ),
+            storage_class_name: claim_class(claim).map(str::to_string),
+            volume_mode: Some(
+                if prepared.block {
+                    "Block"
+                } else {
+                    "Filesystem"
+                }
+                .to_string(),
+            ),
+            mount_options: class.mount_options.clone().filter(|m| !m.is_empty()),
+            node_affinity: node_affinity(&volume.accessible_topology),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+/// One required node-selector term per accessible topology segment.
+fn node_affinity(topologies: &[pb::Topology]) -> Option<VolumeNodeAffinity> {
+    let terms: Vec<NodeSelectorTerm> = topologies
+        .iter()
+        .filter(|t| !t.segments.is_empty())
+        .map(|t| {
+            let mut segs: Vec<_> = t.segments.iter().collect();
+            segs.sort();
+            NodeSelectorTerm {
+                match_expressions: Some(
+                    segs.into_iter()
+                        .map(|(k, v)| NodeSelectorRequirement {
+                            key: k.clone(),
+                            operator: "In".into(),
+                            values: Some(vec![v.clone()]),
+                        })
+                        .collect(),
+                ),
+                ..Default::default()
+            }
+        })
+        .collect();
+    (!terms.is_empty()).then_some(VolumeNodeAffinity {
+        required: Some(NodeSelector {
+            node_selector_terms: terms,
+        }),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provision::prepare;
+    use crate::provision::request::tests::{claim, class, driver};
+
+    fn response(id: &str, bytes: i64) -> pb::CreateVolumeResponse {
+        pb::CreateVolumeResponse {
+            volume: Some(pb::Volume {
+                volume_id: id.into(),
+                capacity_bytes: bytes,
+                volume_context: [("k".to_string(), "v".to_string())].into(),
+                accessible_topology: vec![pb::Topology {
+                    segments: [("zone".to_string(), "a".to_string())].into(),
+                }],
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn pv_carries_everything_upstream_writes() {
+        let sc = class(&[
+            ("csi.storage.k8s.io/fstype", "ext4"),
+            ("csi.storage.k8s.io/provisioner-secret-name", "p"),
+            ("csi.storage.k8s.io/provisioner-secret-namespace", "ns"),
+            ("csi.storage.k8s.io/node-publish-secret-name", "np"),
+            ("csi.storage.k8s.io/node-publish-secret-namespace", "ns"),
+        ]);
+        let c = claim();
+        let prepared = prepare(&c, &sc, &driver(), &Default::default()).unwrap();
+        let pv = build_pv(
+            &prepared,
+            &c,
+            &sc,
+            &response("vol-1", 2 << 30),
+            &driver(),
+            &Default::default(),
+        )
+        .unwrap();
+        assert_eq!(pv.metadata.name.as_deref(), Some(prepared.pv_name.as_str()));
+        let ann = pv.metadata.annotations.as_ref().unwrap();
+        assert_eq!(ann[keys::ANN_PROVISIONED_BY], "test.csi.example.com");
+        assert_eq!(ann[keys::ANN_DELETION_SECRET_NAME], "p");
+        assert_eq!(ann[keys::ANN_DELETION_SECRET_NAMESPACE], "ns");
+        assert_eq!(
+            pv.metadata.finalizers.as_deref(),
+            Some(&[keys::FINALIZER_PV.to_string()][..])
+        );
+        let spec = pv.spec.unwrap();
+        assert_eq!(spec.capacity.unwrap()["storage"].0, "2Gi");
+        let cref = spec.claim_ref.unwrap();
+        assert_eq!(cref.uid, c.metadata.uid);
+        assert_eq!(cref.name.as_deref(), Some("data"));
+        assert_eq!(cref.namespace.as_deref(), Some("team-a"));
+        let csi = spec.csi.unwrap();
+        assert_eq!(csi.driver, "test.csi.example.com");
+        assert_eq!(csi.volume_handle, "vol-1");
+        assert_eq!(csi.fs_type.as_deref(), Some("ext4"));
+        let attrs = csi.volume_attributes.unwrap();
+        assert_eq!(attrs["k"], "v");
+        assert_eq!(attrs[keys::ATTR_PROVISIONER_IDENTITY], driver().identity);
+        assert_eq!(
+            csi.node_publish_secret_ref.unwrap().name.as_deref(),
+            Some("np")
+        );
+        assert!(csi.controller_publish_secret_ref.is_none());
+        assert_eq!(
+            spec.persistent_volume_reclaim_policy.as_deref(),
+            Some("Delete")
+        );
+        assert_eq!(spec.storage_class_name.as_deref(), Some("fast"));
+        assert_eq!(spec.volume_mode.as_deref(), Some("Filesystem"));
+        assert_eq!(spec.mount_options, Some(vec!["noatime".to_string()]));
+        let terms = spec
+            .node_affinity
+            .unwrap()
+            .required
+            .unwrap()
+            .node_selector_terms;
+        assert_eq!(terms.len(), 1);
+        assert_eq!(terms[0].match_expressions.as_ref().unwrap()[0].key, "zone");
+    }
+
+    #[test]
+    fn zero_capacity_means_requested_and_smaller_is_an_error() {
+        let (c, sc) = (claim(), class(&[]));
+        let prepared = prepare(&c, &sc, &driver(), &Default::default()).unwrap();
+        let pv = build_pv(
+            &prepared,
+            &c,
+            &sc,
+            &response("v", 0),
+            &driver(),
+            &Default::default(),
+        )
+        .unwrap();
+        assert_eq!(pv.spec.unwrap().capacity.unwrap()["storage"].0, "1Gi");
+        let err = build_pv(
+            &prepared,
+            &c,
+            &sc,
+            &response("v", 1 << 20),
+            &driver(),
+            &Default::default(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            ProvisionError::VolumeTooSmall {
+                got: 1 << 20,
+                want: 1 << 30
+            }
+        );
+        let err = build_pv(
+            &prepared,
+            &c,
+            &sc,
+            &response("", 0),
+            &driver(),
+            &Default::default(),
+        )
+        .unwrap_err();
+        assert_eq!(err, ProvisionError::EmptyVolumeId);
+        let ann = build_pv(
+            &prepared,
+            &c,
+            &sc,
+            &response("v", 0),
+            &driver(),
+            &Default::default(),
+        )
+        .unwrap()
+        .metadata
+        .annotations
+        .unwrap();
+        assert_eq!(
+            ann[keys::ANN_DELETION_SECRET_NAME],
+            "",
+            "always written, empty without a secret"
+        );
+    }
+
+    #[test]
+    fn read_only_only_for_a_single_rox_mode() {
+        let opts = ProvisionOptions {
+            controller_publish_readonly: true,
+            ..Default::default()
+        };
+        let sc = class(&[]);
+        let mut c = claim();
+        c.spec.as_mut().unwrap().access_modes = Some(vec!["ReadOnlyMany".into()]);
+        let prepared = prepare(&c, &sc, &driver(), &opts).unwrap();
+        let pv = build_pv(&prepared, &c, &sc, &response("v", 0), &driver(), &opts).unwrap();
+        assert_eq!(pv.spec.unwrap().csi.unwrap().read_only, Some(true));
+        let prepared = prepare(&claim(), &sc, &driver(), &opts).unwrap();
+        let pv = build_pv(
+            &prepared,
+            &claim(),
+            &sc,
+            &response("v", 0),
+            &driver(),
+            &opts,
+        )
+        .unwrap();
+        assert_eq!(pv.spec.unwrap().csi.unwrap().read_only, None);
+    }
+}

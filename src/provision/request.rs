@@ -1,0 +1,470 @@
+//! Claim + StorageClass + driver facts → the `CreateVolume` request.
+//! upstream: pkg/controller/controller.go prepareProvision.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::storage::v1::StorageClass;
+
+use super::secrets::{self, SecretKind, SecretRef, TemplateInputs};
+use super::{DriverInfo, ProvisionError, ProvisionOptions, annotations, quantity, volume_name};
+use crate::csi::pb;
+use crate::keys;
+
+/// Everything decided before `CreateVolume`, kept to build the PV afterwards.
+#[derive(Clone, Debug)]
+pub struct PreparedVolume {
+    pub pv_name: String,
+    /// The request without secret data; the controller fills `secrets` from
+    /// `secret_refs[Provisioner]` just before the call.
+    pub request: pb::CreateVolumeRequest,
+    pub secret_refs: BTreeMap<SecretKind, SecretRef>,
+    /// fsType for the PV (empty for block volumes).
+    pub fs_type: String,
+    pub requested_bytes: i64,
+    pub block: bool,
+}
+
+impl PreparedVolume {
+    pub fn provisioner_secret(&self) -> Option<&SecretRef> {
+        self.secret_refs.get(&SecretKind::Provisioner)
+    }
+}
+
+const ALL_SECRET_KINDS: [SecretKind; 7] = [
+    SecretKind::Provisioner,
+    SecretKind::ControllerPublish,
+    SecretKind::NodeStage,
+    SecretKind::NodePublish,
+    SecretKind::ControllerExpand,
+    SecretKind::NodeExpand,
+    SecretKind::ControllerModify,
+];
+
+pub fn prepare(
+    claim: &PersistentVolumeClaim,
+    class: &StorageClass,
+    driver: &DriverInfo,
+    opts: &ProvisionOptions,
+) -> Result<PreparedVolume, ProvisionError> {
+    if !driver.capabilities.supports_provisioning() {
+        return Err(ProvisionError::ProvisioningNotSupported);
+    }
+    let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+    let pv_name = volume_name(&opts.volume_name_prefix, uid, opts.volume_name_uuid_length)?;
+    let spec = claim.spec.clone().unwrap_or_default();
+    if spec.selector.is_some() {
+        return Err(ProvisionError::SelectorNotSupported);
+    }
+    if let Some(kind) = spec
+        .data_source
+        .as_ref()
+        .map(|d| d.kind.clone())
+        .or_else(|| spec.data_source_ref.as_ref().map(|d| d.kind.clone()))
+    {
+        return Err(ProvisionError::DataSourceNotSupported { kind });
+    }
+
+    let params = class.parameters.clone().unwrap_or_default();
+    let fs_type_new = params.get(keys::PARAM_FSTYPE);
+    let fs_type_legacy = params
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(keys::PARAM_FSTYPE_LEGACY))
+        .map(|(_, v)| v);
+    if fs_type_new.is_some() && fs_type_legacy.is_some() {
+        return Err(ProvisionError::FsTypeTwice);
+    }
+    if let Some(key) = params
+        .keys()
+        .find(|k| k.starts_with(keys::CSI_PARAMETER_PREFIX) && !secrets::is_known_prefixed_key(k))
+    {
+        return Err(ProvisionError::UnknownReservedParameter { key: key.clone() });
+    }
+
+    let claim_annotations = annotations(claim);
+    let name = claim.metadata.name.as_deref().unwrap_or_default();
+    let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
+    let inputs = TemplateInputs {
+        pv_name: &pv_name,
+        pvc_name: name,
+        pvc_namespace: namespace,
+        pvc_annotations: &claim_annotations,
+    };
+    let mut secret_refs = BTreeMap::new();
+    for kind in ALL_SECRET_KINDS {
+        if let Some(r) = secrets::resolve(kind, &params, &inputs)? {
+            secret_refs.insert(kind, r);
+        }
+    }
+
+    let block = match spec.volume_mode.as_deref() {
+        None | Some("Filesystem") => false,
+        Some("Block") => true,
+        Some(other) => return Err(ProvisionError::UnknownVolumeMode(other.to_string())),
+    };
+    let fs_type = if block {
+        String::new()
+    } else {
+        fs_type_new
+            .or(fs_type_legacy)
+            .cloned()
+            .unwrap_or_else(|| opts.default_fstype.clone())
+    };
+    let mount_flags = class.mount_options.clone().unwrap_or_default();
+    let access_type = if block {
+        pb::volume_capability::AccessType::Block(pb::volume_capability::BlockVolume {})
+    } else {
+        pb::volume_capability::AccessType::Mount(pb::volume_capability::MountVolume {
+            fs_type: fs_type.clone(),
+            mount_flags,
+            ..Default::default()
+        })
+    };
+    let modes = spec.access_modes.clone().unwrap_or_default();
+    let volume_capabilities = access_modes(&modes, driver.capabilities.single_node_multi_writer)?
+        .into_iter()
+        .map(|mode| pb::VolumeCapability {
+            access_type: Some(access_type.clone()),
+            access_mode: Some(pb::volume_capability::AccessMode { mode: mode as i32 }),
+        })
+        .collect();
+
+    let storage = spec
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"));
+    let requested_bytes = match storage {
+        Some(q) => quantity::parse_bytes(&q.0)
+            .ok_or_else(|| ProvisionError::BadStorageRequest(q.0.clone()))?,
+        None => return Err(ProvisionError::BadStorageRequest(String::new())),
+    };
+
+    // Sidecar keys are stripped; the deprecated fstype and csi* secret keys
+    // are passed through, as upstream does.
+    let mut parameters: std::collections::HashMap<String, String> = params
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with(keys::CSI_PARAMETER_PREFIX))
+        .collect();
+    if opts.extra_create_metadata {
+        parameters.insert(keys::PARAM_PVC_NAME.into(), name.into());
+        parameters.insert(keys::PARAM_PVC_NAMESPACE.into(), namespace.into());
+        parameters.insert(keys::PARAM_PV_NAME.into(), pv_name.clone());
+    }
+
+    let request = pb::CreateVolumeRequest {
+        name: pv_name.clone(),
+        capacity_range: Some(pb::CapacityRange {
+            required_bytes: requested_bytes,
+            limit_bytes: 0,
+        }),
+        volume_capabilities,
+        parameters,
+        ..Default::default()
+    };
+    Ok(PreparedVolume {
+        pv_name,
+        request,
+        secret_refs,
+        fs_type,
+        requested_bytes,
+        block,
+    })
+}
+
+/// One CSI access mode per Kubernetes access mode.
+fn access_modes(
+    modes: &[String],
+    single_node_multi_writer: bool,
+) -> Result<Vec<pb::volume_capability::access_mode::Mode>, ProvisionError> {
+    use pb::volume_capability::access_mode::Mode;
+    if modes.is_empty() {
+        return Err(ProvisionError::NoAccessModes);
+    }
+    if modes.len() > 1 && modes.iter().any(|m| m == "ReadWriteOncePod") {
+        return Err(ProvisionError::ReadWriteOncePodCombined);
+    }
+    modes
+        .iter()
+        .map(|m| match m.as_str() {
+            "ReadWriteOnce" if single_node_multi_writer => Ok(Mode::SingleNodeMultiWriter),
+            "ReadWriteOnce" => Ok(Mode::SingleNodeWriter),
+            "ReadWriteOncePod" if single_node_multi_writer => Ok(Mode::SingleNodeSingleWriter),
+            "ReadWriteOncePod" => Ok(Mode::SingleNodeWriter),
+            "ReadOnlyMany" => Ok(Mode::MultiNodeReaderOnly),
+            "ReadWriteMany" => Ok(Mode::MultiNodeMultiWriter),
+            other => Err(ProvisionError::UnknownAccessMode(other.to_string())),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::csi::DriverCapabilities;
+    use k8s_openapi::api::core::v1::{
+        PersistentVolumeClaimSpec, TypedLocalObjectReference, VolumeResourceRequirements,
+    };
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use pb::volume_capability::access_mode::Mode;
+
+    pub fn driver() -> DriverInfo {
+        DriverInfo {
+            name: "test.csi.example.com".into(),
+            identity: "123-4-test.csi.example.com".into(),
+            capabilities: DriverCapabilities {
+                controller_service: true,
+                create_delete_volume: true,
+                ..Default::default()
+            },
+        }
+    }
+
+    pub fn claim() -> PersistentVolumeClaim {
+        PersistentVolumeClaim {
+            metadata: ObjectMeta {
+                name: Some("data".into()),
+                namespace: Some("team-a".into()),
+                uid: Some("11111111-2222-3333-4444-555555555555".into()),
+                resource_version: Some("7".into()),
+                ..Default::default()
+            },
+            spec: Some(PersistentVolumeClaimSpec {
+                access_modes: Some(vec!["ReadWriteOnce".into()]),
+                storage_class_name: Some("fast".into()),
+                resources: Some(VolumeResourceRequirements {
+                    requests: Some([("storage".to_string(), Quantity("1Gi".into()))].into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    pub fn class(params: &[(&str, &str)]) -> StorageClass {
+        StorageClass {
+            metadata: ObjectMeta {
+                name: Some("fast".into()),
+                uid: Some("sc-uid".into()),
+                ..Default::default()
+            },
+            provisioner: "test.csi.example.com".into(),
+            parameters: Some(
+                params
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            mount_options: Some(vec!["noatime".into()]),
+            reclaim_policy: Some("Delete".into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn builds_the_request_upstream_builds() {
+        let sc = class(&[
+            ("csi.storage.k8s.io/fstype", "ext4"),
+            ("csi.storage.k8s.io/provisioner-secret-name", "creds"),
+            (
+                "csi.storage.k8s.io/provisioner-secret-namespace",
+                "${pvc.namespace}",
+            ),
+            ("type", "ssd"),
+            ("csiNodeStageSecretName", "stage"),
+            ("csiNodeStageSecretNamespace", "kube-system"),
+        ]);
+        let p = prepare(&claim(), &sc, &driver(), &ProvisionOptions::default()).unwrap();
+        assert_eq!(p.pv_name, "pvc-11111111-2222-3333-4444-555555555555");
+        assert_eq!(p.request.name, p.pv_name);
+        assert_eq!(p.request.capacity_range.unwrap().required_bytes, 1 << 30);
+        let keys: Vec<_> = {
+            let mut k: Vec<_> = p.request.parameters.keys().cloned().collect();
+            k.sort();
+            k
+        };
+        assert_eq!(
+            keys,
+            vec![
+                "csiNodeStageSecretName",
+                "csiNodeStageSecretNamespace",
+                "type"
+            ]
+        );
+        assert_eq!(p.request.volume_capabilities.len(), 1);
+        let cap = &p.request.volume_capabilities[0];
+        assert_eq!(cap.access_mode.unwrap().mode, Mode::SingleNodeWriter as i32);
+        match &cap.access_type {
+            Some(pb::volume_capability::AccessType::Mount(m)) => {
+                assert_eq!(m.fs_type, "ext4");
+                assert_eq!(m.mount_flags, vec!["noatime"]);
+            }
+            other => panic!("want mount, got {other:?}"),
+        }
+        assert_eq!(
+            p.provisioner_secret().unwrap(),
+            &SecretRef {
+                name: "creds".into(),
+                namespace: "team-a".into()
+            }
+        );
+        assert_eq!(
+            p.secret_refs[&SecretKind::NodeStage].namespace,
+            "kube-system"
+        );
+        assert!(
+            p.request.secrets.is_empty(),
+            "secret data is filled by the controller"
+        );
+    }
+
+    #[test]
+    fn one_capability_per_access_mode_and_block() {
+        let mut c = claim();
+        let spec = c.spec.as_mut().unwrap();
+        spec.access_modes = Some(vec![
+            "ReadWriteOnce".into(),
+            "ReadOnlyMany".into(),
+            "ReadWriteMany".into(),
+        ]);
+        spec.volume_mode = Some("Block".into());
+        let p = prepare(
+            &c,
+            &class(&[("csi.storage.k8s.io/fstype", "xfs")]),
+            &driver(),
+            &Default::default(),
+        )
+        .unwrap();
+        let modes: Vec<i32> = p
+            .request
+            .volume_capabilities
+            .iter()
+            .map(|c| c.access_mode.unwrap().mode)
+            .collect();
+        assert_eq!(
+            modes,
+            vec![
+                Mode::SingleNodeWriter as i32,
+                Mode::MultiNodeReaderOnly as i32,
+                Mode::MultiNodeMultiWriter as i32
+            ]
+        );
+        assert!(p.block);
+        assert_eq!(p.fs_type, "");
+        assert!(p.request.volume_capabilities.iter().all(|c| matches!(
+            c.access_type,
+            Some(pb::volume_capability::AccessType::Block(_))
+        )));
+    }
+
+    #[test]
+    fn multi_writer_capability_changes_rwo_and_rwop() {
+        let mut d = driver();
+        d.capabilities.single_node_multi_writer = true;
+        let mut c = claim();
+        c.spec.as_mut().unwrap().access_modes = Some(vec!["ReadWriteOncePod".into()]);
+        let p = prepare(&c, &class(&[]), &d, &Default::default()).unwrap();
+        assert_eq!(
+            p.request.volume_capabilities[0].access_mode.unwrap().mode,
+            Mode::SingleNodeSingleWriter as i32
+        );
+        let p = prepare(&claim(), &class(&[]), &d, &Default::default()).unwrap();
+        assert_eq!(
+            p.request.volume_capabilities[0].access_mode.unwrap().mode,
+            Mode::SingleNodeMultiWriter as i32
+        );
+    }
+
+    #[test]
+    fn extra_metadata_and_default_fstype() {
+        let opts = ProvisionOptions {
+            extra_create_metadata: true,
+            default_fstype: "ext3".into(),
+            ..Default::default()
+        };
+        let p = prepare(&claim(), &class(&[]), &driver(), &opts).unwrap();
+        assert_eq!(p.request.parameters[keys::PARAM_PVC_NAME], "data");
+        assert_eq!(p.request.parameters[keys::PARAM_PVC_NAMESPACE], "team-a");
+        assert_eq!(p.request.parameters[keys::PARAM_PV_NAME], p.pv_name);
+        assert_eq!(p.fs_type, "ext3");
+        let p = prepare(&claim(), &class(&[("fsType", "xfs")]), &driver(), &opts).unwrap();
+        assert_eq!(p.fs_type, "xfs");
+        assert_eq!(
+            p.request.parameters["fsType"], "xfs",
+            "legacy key is passed through"
+        );
+    }
+
+    #[test]
+    fn rejects_what_upstream_rejects() {
+        let rwop_mixed = {
+            let mut c = claim();
+            c.spec.as_mut().unwrap().access_modes =
+                Some(vec!["ReadWriteOncePod".into(), "ReadOnlyMany".into()]);
+            c
+        };
+        let with_selector = {
+            let mut c = claim();
+            c.spec.as_mut().unwrap().selector = Some(Default::default());
+            c
+        };
+        let with_source = {
+            let mut c = claim();
+            c.spec.as_mut().unwrap().data_source = Some(TypedLocalObjectReference {
+                api_group: None,
+                kind: "PersistentVolumeClaim".into(),
+                name: "src".into(),
+            });
+            c
+        };
+        let no_uid = {
+            let mut c = claim();
+            c.metadata.uid = None;
+            c
+        };
+        let no_caps = {
+            let mut d = driver();
+            d.capabilities.create_delete_volume = false;
+            d
+        };
+        let table: Vec<(PersistentVolumeClaim, StorageClass, DriverInfo, &str)> = vec![
+            (
+                claim(),
+                class(&[("fstype", "a"), ("csi.storage.k8s.io/fstype", "b")]),
+                driver(),
+                "both",
+            ),
+            (
+                claim(),
+                class(&[("csi.storage.k8s.io/foo", "x")]),
+                driver(),
+                "unknown parameter key",
+            ),
+            (
+                claim(),
+                class(&[("csi.storage.k8s.io/provisioner-secret-name", "x")]),
+                driver(),
+                "Both must be specified",
+            ),
+            (rwop_mixed, class(&[]), driver(), "ReadWriteOncePod"),
+            (with_selector, class(&[]), driver(), "Selector"),
+            (with_source, class(&[]), driver(), "not supported yet"),
+            (no_uid, class(&[]), driver(), "missing UID"),
+            (
+                claim(),
+                class(&[]),
+                no_caps,
+                "does not support dynamic provisioning",
+            ),
+        ];
+        for (c, sc, d, fragment) in table {
+            let err = prepare(&c, &sc, &d, &Default::default()).unwrap_err();
+            assert!(
+                err.to_string().contains(fragment),
+                "{err} lacks {fragment:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,324 @@
+//! Start-up and the lifetime of the process: connect to the driver, learn
+//! what it is, serve HTTP, win the Lease, then run the claim and volume
+//! reconcilers until SIGTERM (or a lost Lease, or a lost driver).
+//! upstream: cmd/csi-provisioner/csi-provisioner.go main.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::runtime::{Controller, WatchStreamExt, controller, reflector, watcher};
+use kube::{Api, Client};
+use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::config::RateLimit;
+use crate::controller::{Backoff, Context, claim, volume};
+use crate::csi::{CsiClient, DriverCapabilities};
+use crate::http::{HttpServer, LeaderHealth};
+use crate::kube::lease::{Elector, LeaseConfig, lease_name};
+use crate::kube::throttle::ThrottleLayer;
+use crate::kube::{EventRecorder, LeaderGate};
+use crate::metrics::Metrics;
+use crate::provision::{DriverInfo, ProvisionOptions};
+
+/// Everything `run` needs, resolved from flags and environment by the caller.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    pub csi_socket: PathBuf,
+    pub kubeconfig: Option<PathBuf>,
+    pub master: Option<String>,
+    pub rate_limit: crate::config::RateLimit,
+    pub timeout: Duration,
+    pub retry_start: Duration,
+    pub retry_max: Duration,
+    pub worker_threads: usize,
+    pub provision: ProvisionOptions,
+    pub http_endpoint: Option<String>,
+    /// Whether `/healthz/leader-election` is served (only with `--http-endpoint`).
+    pub leader_health: bool,
+    pub metrics_path: String,
+    pub leader_election: Option<LeaderElection>,
+}
+
+#[derive(Clone, Debug)]
+pub struct LeaderElection {
+    /// Lease namespace (flag, `POD_NAMESPACE`, service-account namespace, `default`).
+    pub namespace: String,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Why the process stops with a non-zero code. Each is one line.
+#[derive(Debug, thiserror::Error)]
+pub enum FatalError {
+    #[error("failed to connect to CSI driver at {path}: {source}")]
+    Connect {
+        path: String,
+        source: tonic::transport::Error,
+    },
+    #[error("CSI driver probe failed: {0}")]
+    Probe(tonic::Status),
+    #[error("error getting CSI driver name: {0}")]
+    PluginInfo(tonic::Status),
+    #[error("CSI driver returned an empty name")]
+    EmptyDriverName,
+    #[error("error getting CSI driver capabilities: {0}")]
+    Capabilities(tonic::Status),
+    #[error("failed to build the Kubernetes client: {0}")]
+    KubeConfig(String),
+    #[error("failed to serve HTTP on {addr}: {source}")]
+    Http {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    LeaseLost(#[from] crate::kube::lease::LeaseError),
+}
+
+pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalError> {
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::register(&mut registry));
+
+    // 1. The driver: connect (30 s, as upstream), probe, name, capabilities.
+    let mut csi = CsiClient::connect(
+        &cfg.csi_socket,
+        cfg.timeout,
+        Duration::from_secs(30),
+        metrics.clone(),
+    )
+    .await
+    .map_err(|source| FatalError::Connect {
+        path: cfg.csi_socket.display().to_string(),
+        source,
+    })?;
+    csi.probe_until_ready().await.map_err(FatalError::Probe)?;
+    let info = csi
+        .get_plugin_info()
+        .await
+        .map_err(FatalError::PluginInfo)?;
+    if info.name.is_empty() {
+        return Err(FatalError::EmptyDriverName);
+    }
+    csi.set_driver_name(&info.name);
+    let plugin_caps = csi
+        .get_plugin_capabilities()
+        .await
+        .map_err(FatalError::Capabilities)?;
+    let caps = DriverCapabilities::from_responses(&plugin_caps, None);
+    let controller_caps = if caps.controller_service {
+        Some(
+            csi.controller_get_capabilities()
+                .await
+                .map_err(FatalError::Capabilities)?,
+        )
+    } else {
+        None
+    };
+    let capabilities = DriverCapabilities::from_responses(&plugin_caps, controller_caps.as_ref());
+    if !capabilities.supports_provisioning() {
+        warn!(driver = %info.name, "driver does not support dynamic provisioning; every claim will fail");
+    }
+    let host = hostname();
+    let identity = format!(
+        "{}-{}-{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis(),
+        rand::random_range(0..10000),
+        info.name
+    );
+    info!(driver = %info.name, version = %info.vendor_version, ?capabilities, "connected to CSI driver");
+    let driver = DriverInfo {
+        name: info.name.clone(),
+        identity,
+        capabilities,
+    };
+
+    // 2. Kubernetes clients: one throttled for work, one for the Lease.
+    let client = kube_client(&cfg, cfg.rate_limit).await?;
+
+    // 3. Leader election gate and HTTP.
+    let (gate, elector) = match &cfg.leader_election {
+        None => (LeaderGate::always(), None),
+        Some(le) => {
+            // The Lease has its own client, never throttled by provisioning work.
+            let le_client = kube_client(&cfg, RateLimit::Unlimited).await?;
+            let elector = Elector::new(
+                le_client,
+                LeaseConfig {
+                    name: lease_name(&driver.name),
+                    namespace: le.namespace.clone(),
+                    identity: format!("{}_{:08x}", sanitize(&host), rand::random::<u32>()),
+                    lease_duration: le.lease_duration,
+                    renew_deadline: le.renew_deadline,
+                    retry_period: le.retry_period,
+                    labels: le.labels.clone(),
+                },
+            );
+            (elector.gate(), Some(elector))
+        }
+    };
+    let registry = Arc::new(registry);
+    if let Some(addr) = &cfg.http_endpoint {
+        let leader: Option<Arc<dyn LeaderHealth>> = (cfg.leader_health && elector.is_some())
+            .then(|| Arc::new(GateHealth(gate.clone())) as Arc<dyn LeaderHealth>);
+        let server = HttpServer {
+            registry: registry.clone(),
+            metrics_path: cfg.metrics_path.clone(),
+            leader,
+        };
+        let local = server
+            .serve(addr, stop.clone())
+            .await
+            .map_err(|source| FatalError::Http {
+                addr: addr.clone(),
+                source,
+            })?;
+        info!(address = %local, "serving metrics");
+    }
+
+    let mut elector = elector;
+    if let Some(el) = elector.as_mut() {
+        if !el.acquire(&stop).await {
+            return Ok(());
+        }
+        metrics
+            .leader_status
+            .get_or_create(&crate::metrics::LeaseLabels {
+                name: lease_name(&driver.name),
+            })
+            .set(1);
+    }
+
+    // 4. Caches and reconcilers.
+    let classes_api: Api<StorageClass> = Api::all(client.clone());
+    let (classes, class_writer) = reflector::store();
+    let class_stream = reflector(
+        class_writer,
+        watcher(classes_api, watcher::Config::default()),
+    )
+    .default_backoff()
+    .touched_objects()
+    .for_each(|_| async {});
+
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        csi,
+        recorder: EventRecorder::new(client.clone(), "csi-provisioner", &host),
+        driver,
+        options: cfg.provision.clone(),
+        metrics: metrics.clone(),
+        classes: classes.clone(),
+        leader: gate.clone(),
+        claim_backoff: Backoff::new(cfg.retry_start, cfg.retry_max),
+        volume_backoff: Backoff::new(cfg.retry_start, cfg.retry_max),
+        created: Mutex::new(HashMap::new()),
+        infeasible: Mutex::new(HashMap::new()),
+        started: Mutex::new(HashMap::new()),
+    });
+
+    let workers = controller::Config::default().concurrency(cfg.worker_threads as u16);
+    let shutdown = stop.clone();
+    let claims = Controller::new(
+        Api::<PersistentVolumeClaim>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .with_config(workers.clone())
+    .graceful_shutdown_on(async move { shutdown.cancelled().await })
+    .run(claim::reconcile, claim::error_policy, ctx.clone())
+    .for_each(|_| async {});
+    let shutdown = stop.clone();
+    let volumes = Controller::new(
+        Api::<PersistentVolume>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .with_config(workers)
+    .graceful_shutdown_on(async move { shutdown.cancelled().await })
+    .run(volume::reconcile, volume::error_policy, ctx.clone())
+    .for_each(|_| async {});
+
+    // Classes must be known before claims are judged; wait for the first list.
+    let class_task = tokio::spawn(class_stream);
+    classes.wait_until_ready().await.ok();
+    info!("started");
+
+    let lease = async {
+        match elector.as_mut() {
+            Some(el) => el.renew(&stop).await,
+            None => {
+                stop.cancelled().await;
+                Ok(())
+            }
+        }
+    };
+    let result = tokio::select! {
+        _ = futures::future::join(claims, volumes) => Ok(()),
+        r = lease => r.map_err(FatalError::from),
+    };
+    class_task.abort();
+    if let Err(e) = &result {
+        error!(error = %e, "stopping");
+    }
+    result
+}
+
+struct GateHealth(LeaderGate);
+
+impl LeaderHealth for GateHealth {
+    fn check(&self) -> Result<(), String> {
+        // A standby is healthy; only a leader that stopped renewing is not
+        // (upstream: HealthzAdaptor with a 20 s grace).
+        match self.0.overdue_by() {
+            Some(late) if late > Duration::from_secs(20) => Err(format!(
+                "failed election to renew leadership on lease: {}s overdue",
+                late.as_secs()
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+async fn kube_client(cfg: &RunConfig, limit: RateLimit) -> Result<Client, FatalError> {
+    let err = |e: &dyn std::fmt::Display| FatalError::KubeConfig(e.to_string());
+    let mut config = match &cfg.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| err(&e))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .map_err(|e| err(&e))?
+        }
+        None => kube::Config::incluster().map_err(|e| err(&e))?,
+    };
+    if let Some(master) = &cfg.master {
+        config.cluster_url = master.parse().map_err(|e: http::uri::InvalidUri| err(&e))?;
+    }
+    let builder = kube::client::ClientBuilder::try_from(config).map_err(|e| err(&e))?;
+    Ok(match limit {
+        RateLimit::Unlimited => builder.build(),
+        RateLimit::TokenBucket { qps, burst } => {
+            builder.with_layer(&ThrottleLayer::new(qps, burst)).build()
+        }
+    })
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn sanitize(s: &str) -> String {
+    lease_name(s)
+}
