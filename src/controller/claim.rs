@@ -256,7 +256,6 @@ async fn provision(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Acti
     };
     save_pv(ctx, &claim, pv).await?;
     ctx.created.lock().expect("poisoned").remove(&uid);
-    drop_intent(ctx, &claim).await?;
     let labels = labels(&claim);
     ctx.metrics.provision_total.get_or_create(&labels).inc();
     if let Some(t0) = ctx.started.lock().expect("poisoned").remove(&uid) {
@@ -274,6 +273,9 @@ async fn provision(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Acti
         )
         .await;
     info!(claim = %key(&claim), pv = %prepared.pv_name, "provisioned");
+    // If this fails, the retry finds the claim bound (or the PV saved) and
+    // only drops the intent.
+    drop_intent(ctx, &claim).await?;
     Ok(Action::await_change())
 }
 

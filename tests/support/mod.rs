@@ -10,6 +10,7 @@ mod fixtures;
 mod names;
 mod namespace;
 mod process;
+mod rig;
 mod wait;
 
 pub use cluster::{Cluster, cluster, testbed_bin};
@@ -17,6 +18,7 @@ pub use fixtures::{PvFixture, PvcFixture, StorageClassFixture};
 pub use names::unique_name;
 pub use namespace::TestNamespace;
 pub use process::{ChildProcess, wait_for_socket, workspace_bin};
+pub use rig::{DEADLINE, Rig, RigBuilder};
 pub use wait::{Observation, wait_for, wait_for_deleted};
 
 /// Annotations and finalizers written by Kubernetes components (not by us); the tests check

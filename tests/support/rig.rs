@@ -1,0 +1,308 @@
+//! A test rig for our sidecar: its own namespace, a fault-injecting test driver
+//! with a unique name, a StorageClass for that driver, and our `csi-provisioner`
+//! process — everything a provisioning test needs, isolated from the other
+//! tests sharing the control plane.
+//!
+//! ```ignore
+//! let rig = Rig::builder("basic").sidecar_args(&["--timeout=2s"]).start().await;
+//! let claim = rig.create_claim(PvcFixture::new("data", &rig.ns.name).class(&rig.class).size("1Gi")).await;
+//! let pv = rig.wait_bound("data").await;
+//! ```
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use csi_test_driver::control::Client as DriverControl;
+use csi_test_driver::ledger::Ledger;
+use csi_test_driver::process::{DriverOptions, DriverProcess, binary_path};
+use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+
+use super::{
+    ChildProcess, PvcFixture, StorageClassFixture, TestNamespace, cluster, unique_name, wait_for,
+    workspace_bin,
+};
+
+/// How long end-to-end steps may take before a test fails (a correctness
+/// deadline on a loaded 2-core machine, not a performance assertion).
+pub const DEADLINE: Duration = Duration::from_secs(90);
+
+pub struct RigBuilder {
+    prefix: String,
+    sidecar_args: Vec<String>,
+    driver: DriverOptions,
+    class: Option<Box<dyn FnOnce(StorageClassFixture) -> StorageClassFixture + Send>>,
+    start_sidecar: bool,
+    kubeconfig: Option<PathBuf>,
+}
+
+impl RigBuilder {
+    /// Extra flags for our sidecar (on top of `--csi-address`, `--kubeconfig`, `-v=5`).
+    pub fn sidecar_args(mut self, args: &[&str]) -> Self {
+        self.sidecar_args.extend(args.iter().map(|s| s.to_string()));
+        self
+    }
+
+    /// Adjusts the test driver's options (name and sockets are set by the rig).
+    pub fn driver(mut self, f: impl FnOnce(&mut DriverOptions)) -> Self {
+        f(&mut self.driver);
+        self
+    }
+
+    /// Adjusts the StorageClass (provisioner = the rig's driver, reclaim Delete, Immediate).
+    pub fn class(
+        mut self,
+        f: impl FnOnce(StorageClassFixture) -> StorageClassFixture + Send + 'static,
+    ) -> Self {
+        self.class = Some(Box::new(f));
+        self
+    }
+
+    /// Do not start the sidecar yet (start it with [`Rig::start_sidecar`]).
+    pub fn without_sidecar(mut self) -> Self {
+        self.start_sidecar = false;
+        self
+    }
+
+    /// Run the sidecar with this kubeconfig instead of the admin one.
+    pub fn kubeconfig(mut self, path: PathBuf) -> Self {
+        self.kubeconfig = Some(path);
+        self
+    }
+
+    pub async fn start(self) -> Rig {
+        let cluster = cluster().await;
+        let dir = tempfile::Builder::new()
+            .prefix("rig-")
+            .tempdir()
+            .expect("rig temp dir");
+        let driver_name = format!("{}.csi.test", unique_name(&self.prefix));
+        let mut options = self.driver;
+        options.drivername = driver_name.clone();
+        let binary = binary_path().expect(
+            "csi-test-driver binary: run `cargo build --workspace --bins` (make test does)",
+        );
+        let driver = DriverProcess::start(&binary, dir.path(), &options)
+            .await
+            .expect("starting the test driver");
+        let control = driver.control().await.expect("driver control socket");
+        let ns = TestNamespace::create(&cluster.client, &self.prefix).await;
+        let class = unique_name(&self.prefix);
+        let mut fixture = StorageClassFixture::new(&class, &driver_name)
+            .reclaim("Delete")
+            .binding_mode("Immediate");
+        if let Some(f) = self.class {
+            fixture = f(fixture);
+        }
+        Api::<StorageClass>::all(cluster.client.clone())
+            .create(&PostParams::default(), &fixture.build())
+            .await
+            .expect("creating the StorageClass");
+        let mut args = vec![
+            format!("--csi-address={}", driver.csi_address()),
+            format!(
+                "--kubeconfig={}",
+                self.kubeconfig
+                    .unwrap_or_else(|| cluster.kubeconfig.clone())
+                    .display()
+            ),
+            "-v=5".to_string(),
+        ];
+        args.extend(self.sidecar_args);
+        let mut rig = Rig {
+            client: cluster.client.clone(),
+            ns,
+            driver,
+            control,
+            driver_name,
+            class,
+            sidecar: None,
+            args,
+            dir,
+        };
+        if self.start_sidecar {
+            rig.start_sidecar();
+        }
+        rig
+    }
+}
+
+pub struct Rig {
+    pub client: kube::Client,
+    pub ns: TestNamespace,
+    pub driver: DriverProcess,
+    pub control: DriverControl,
+    pub driver_name: String,
+    pub class: String,
+    pub sidecar: Option<ChildProcess>,
+    pub args: Vec<String>,
+    pub dir: tempfile::TempDir,
+}
+
+impl Rig {
+    pub fn builder(prefix: &str) -> RigBuilder {
+        RigBuilder {
+            prefix: prefix.to_string(),
+            sidecar_args: Vec::new(),
+            driver: DriverOptions::default(),
+            class: None,
+            start_sidecar: true,
+            kubeconfig: None,
+        }
+    }
+
+    /// Starts (or restarts) our sidecar with the rig's flags.
+    pub fn start_sidecar(&mut self) {
+        if let Some(mut old) = self.sidecar.take() {
+            old.kill();
+        }
+        self.sidecar = Some(ChildProcess::spawn(
+            Command::new(workspace_bin("csi-provisioner")).args(&self.args),
+        ));
+    }
+
+    /// SIGKILLs the sidecar (no cleanup, like a crash or OOM kill).
+    pub fn kill_sidecar(&mut self) {
+        if let Some(mut s) = self.sidecar.take() {
+            s.kill();
+        }
+    }
+
+    pub fn sidecar_log(&self) -> String {
+        self.sidecar
+            .as_ref()
+            .map(|s| s.log_contents())
+            .unwrap_or_default()
+    }
+
+    pub fn claims(&self) -> Api<PersistentVolumeClaim> {
+        self.ns.api()
+    }
+
+    pub fn volumes(&self) -> Api<PersistentVolume> {
+        Api::all(self.client.clone())
+    }
+
+    /// A claim fixture in the rig's namespace and class.
+    pub fn claim(&self, name: &str) -> PvcFixture {
+        PvcFixture::new(name, &self.ns.name)
+            .class(&self.class)
+            .size("1Gi")
+    }
+
+    pub async fn create_claim(&self, fixture: PvcFixture) -> PersistentVolumeClaim {
+        self.claims()
+            .create(&PostParams::default(), &fixture.build())
+            .await
+            .expect("creating the claim")
+    }
+
+    pub async fn delete_claim(&self, name: &str) {
+        match self.claims().delete(name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.is_not_found() => {}
+            Err(e) => panic!("deleting claim {name}: {e}"),
+        }
+    }
+
+    /// Waits until the claim is Bound and returns its PV.
+    pub async fn wait_bound(&self, name: &str) -> PersistentVolume {
+        let claims = self.claims();
+        let pv_name = wait_for(&format!("claim {name} to be Bound"), DEADLINE, || async {
+            let pvc = claims.get(name).await.expect("reading the claim");
+            match (
+                pvc.status.as_ref().and_then(|s| s.phase.as_deref()),
+                pvc.spec.as_ref().and_then(|s| s.volume_name.clone()),
+            ) {
+                (Some("Bound"), Some(pv)) => Ok(pv),
+                _ => Err((pvc.status, self.sidecar_log_tail())),
+            }
+        })
+        .await;
+        self.volumes()
+            .get(&pv_name)
+            .await
+            .expect("reading the bound PV")
+    }
+
+    /// Waits until the claim object is gone.
+    pub async fn wait_claim_gone(&self, name: &str) {
+        let claims = self.claims();
+        wait_for(&format!("claim {name} to be gone"), DEADLINE, || async {
+            match claims.get_opt(name).await.expect("reading the claim") {
+                None => Ok(()),
+                Some(c) => Err((
+                    c.metadata.finalizers,
+                    c.metadata.deletion_timestamp,
+                    self.sidecar_log_tail(),
+                )),
+            }
+        })
+        .await
+    }
+
+    /// Waits until the PV is gone.
+    pub async fn wait_pv_gone(&self, name: &str) {
+        let volumes = self.volumes();
+        wait_for(&format!("PV {name} to be gone"), DEADLINE, || async {
+            match volumes.get_opt(name).await.expect("reading the PV") {
+                None => Ok(()),
+                Some(pv) => Err((pv.status, pv.metadata.finalizers, self.sidecar_log_tail())),
+            }
+        })
+        .await
+    }
+
+    /// The driver's ledger, read through its control socket.
+    pub async fn ledger(&self) -> Ledger {
+        self.control
+            .ledger()
+            .await
+            .expect("reading the driver's ledger")
+    }
+
+    /// Events about the named object in the rig's namespace (PV events live in `default`).
+    pub async fn events_for(&self, namespace: &str, name: &str) -> Vec<Event> {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        let lp = ListParams::default().fields(&format!("involvedObject.name={name}"));
+        events.list(&lp).await.expect("listing events").items
+    }
+
+    /// Waits until an event with `reason` (and containing `fragment`) is recorded on the claim.
+    pub async fn wait_claim_event(&self, claim: &str, reason: &str, fragment: &str) -> Event {
+        wait_for(
+            &format!("event {reason} on claim {claim}"),
+            DEADLINE,
+            || async {
+                let events = self.events_for(&self.ns.name, claim).await;
+                match events.iter().find(|e| {
+                    e.reason.as_deref() == Some(reason)
+                        && e.message.as_deref().unwrap_or_default().contains(fragment)
+                }) {
+                    Some(e) => Ok(e.clone()),
+                    None => Err(events
+                        .iter()
+                        .map(|e| (e.reason.clone(), e.message.clone()))
+                        .collect::<Vec<_>>()),
+                }
+            },
+        )
+        .await
+    }
+
+    fn sidecar_log_tail(&self) -> String {
+        let log = self.sidecar_log();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(8)..].join("\n")
+    }
+
+    /// Deletes the StorageClass and the namespace; leaves the processes to Drop.
+    pub async fn cleanup(self) {
+        let _ = Api::<StorageClass>::all(self.client.clone())
+            .delete(&self.class, &DeleteParams::default())
+            .await;
+        self.ns.cleanup().await;
+    }
+}
