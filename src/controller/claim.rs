@@ -21,6 +21,7 @@ use tonic::{Code, Status};
 use tracing::{debug, info, warn};
 
 use super::Context;
+use super::topology::{self, TopologyError};
 use crate::csi::{CsiErrorClass, classify, pb};
 use crate::keys;
 use crate::kube::{
@@ -185,7 +186,7 @@ async fn provision(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Acti
         .entry(uid.clone())
         .or_insert_with(Instant::now);
 
-    let prepared = match provision::prepare(cached, &class, &ctx.driver, &ctx.options) {
+    let mut prepared = match provision::prepare(cached, &class, &ctx.driver, &ctx.options) {
         Ok(p) => p,
         Err(e) => return Err(fail(ctx, cached, e.into()).await),
     };
@@ -229,6 +230,22 @@ async fn provision(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Acti
         // Deleted, bound or re-targeted since the cache saw it.
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
+
+    prepared.request.accessibility_requirements =
+        match topology::requirements(ctx, &claim, &class).await {
+            Ok(r) => r,
+            Err(TopologyError::SelectedNodeGone(node)) => {
+                // upstream #1438: a vanished node must not pin the claim forever.
+                let err = ClaimError::Provision(ProvisionError::Topology(format!(
+                    "selected node {node} has no CSINode"
+                )));
+                let err = fail(ctx, &claim, err).await;
+                reschedule(ctx, &claim).await?;
+                return Err(err);
+            }
+            Err(TopologyError::Invalid(e)) => return Err(fail(ctx, &claim, e.into()).await),
+            Err(TopologyError::Kube(e)) => return Err(e.into()),
+        };
 
     let volume = match create_volume(ctx, &claim, &class, &prepared, true).await {
         Ok(v) => v,
@@ -545,7 +562,7 @@ async fn abandon(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Action
         return Ok(Action::await_change());
     }
     let class = class_of(ctx, &claim)?;
-    let prepared = match provision::prepare(&claim, &class, &ctx.driver, &ctx.options) {
+    let mut prepared = match provision::prepare(&claim, &class, &ctx.driver, &ctx.options) {
         Ok(p) => p,
         // StorageClass parameters are immutable: a request that cannot be
         // built now could never have been sent, so no volume exists.
@@ -555,6 +572,11 @@ async fn abandon(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Action
             return Ok(Action::await_change());
         }
     };
+    // Best effort: the same requirements as the original call, when they can still be computed.
+    prepared.request.accessibility_requirements = topology::requirements(ctx, &claim, &class)
+        .await
+        .ok()
+        .flatten();
     let handle = match create_volume(ctx, &claim, &class, &prepared, false).await {
         Ok(v) => Some(v.volume_id),
         Err(ClaimError::CreateVolume(s)) if s.code() == Code::AlreadyExists => {

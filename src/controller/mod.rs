@@ -7,6 +7,7 @@
 //! — per-object exponential backoff — lives in [`Backoff`].
 
 pub mod claim;
+mod topology;
 pub mod volume;
 
 use std::collections::HashMap;

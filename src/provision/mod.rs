@@ -7,6 +7,7 @@ mod pv;
 pub mod quantity;
 mod request;
 pub mod secrets;
+pub mod topology;
 
 use std::collections::BTreeMap;
 
@@ -28,6 +29,12 @@ pub struct ProvisionOptions {
     pub extra_create_metadata: bool,
     pub default_fstype: String,
     pub controller_publish_readonly: bool,
+    /// `--strict-topology`: late binding uses only the selected node's topology.
+    pub strict_topology: bool,
+    /// `--immediate-topology`: Immediate binding asks for the cluster's topology.
+    pub immediate_topology: bool,
+    /// The `Topology` feature gate (GA, on by default).
+    pub topology_gate: bool,
 }
 
 impl Default for ProvisionOptions {
@@ -38,6 +45,9 @@ impl Default for ProvisionOptions {
             extra_create_metadata: false,
             default_fstype: String::new(),
             controller_publish_readonly: false,
+            strict_topology: false,
+            immediate_topology: true,
+            topology_gate: true,
         }
     }
 }
@@ -107,6 +117,8 @@ pub enum ProvisionError {
     BadStorageRequest(String),
     #[error("volume mode {0:?} is not supported")]
     UnknownVolumeMode(String),
+    #[error("{0}")]
+    Topology(String),
     #[error("CreateVolume returned no volume or an empty volume id")]
     EmptyVolumeId,
     #[error("created volume capacity {got} less than requested capacity {want}")]

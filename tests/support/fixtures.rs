@@ -68,6 +68,21 @@ impl StorageClassFixture {
         self
     }
 
+    /// Adds an `allowedTopologies` term: `key` in `values`.
+    pub fn allowed_topology(mut self, key: &str, values: &[&str]) -> Self {
+        use k8s_openapi::api::core::v1::{TopologySelectorLabelRequirement, TopologySelectorTerm};
+        self.sc
+            .allowed_topologies
+            .get_or_insert_with(Vec::new)
+            .push(TopologySelectorTerm {
+                match_label_expressions: Some(vec![TopologySelectorLabelRequirement {
+                    key: key.to_string(),
+                    values: strings(values),
+                }]),
+            });
+        self
+    }
+
     pub fn build(self) -> StorageClass {
         self.sc
     }

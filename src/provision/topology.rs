@@ -1,0 +1,404 @@
+//! Accessibility requirements for `CreateVolume` (requisite and preferred
+//! topologies), from the selected node, the class's `allowedTopologies` and
+//! the cluster's node topology. Pure: the controller looks up CSINode and Node
+//! objects and passes what it found.
+//! upstream: pkg/controller/topology.go GenerateAccessibilityRequirements.
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::TopologySelectorTerm;
+
+use super::ProvisionError;
+use crate::csi::pb;
+
+/// One topology segment set, e.g. `{zone: a, rack: 3}`.
+pub type Segments = BTreeMap<String, String>;
+
+/// What the controller found about the selected node.
+#[derive(Clone, Debug)]
+pub struct SelectedNode {
+    pub name: String,
+    /// `CSINode.spec.drivers[ours].topologyKeys`.
+    pub keys: Vec<String>,
+    /// The Node's labels.
+    pub labels: BTreeMap<String, String>,
+}
+
+pub struct TopologyInputs<'a> {
+    pub selected: Option<&'a SelectedNode>,
+    pub allowed: &'a [TopologySelectorTerm],
+    /// One entry per node carrying all topology keys (only needed when there
+    /// are no allowed topologies and either a node is selected or
+    /// `immediate` is on; see [`needs_cluster_topology`]).
+    pub cluster: &'a [Segments],
+    pub strict: bool,
+    pub immediate: bool,
+    pub claim_name: &'a str,
+}
+
+/// Whether the requirements depend on the cluster's aggregated topology.
+pub fn needs_cluster_topology(
+    strict: bool,
+    has_selected: bool,
+    has_allowed: bool,
+    immediate: bool,
+) -> bool {
+    !(strict && has_selected) && !has_allowed && (has_selected || immediate)
+}
+
+/// The segments of the selected node for its driver's topology keys.
+pub fn selected_segments(node: &SelectedNode) -> Result<Segments, ProvisionError> {
+    if node.keys.is_empty() {
+        return Err(ProvisionError::Topology(format!(
+            "no topology key found for node {}",
+            node.name
+        )));
+    }
+    let mut seg = Segments::new();
+    for k in &node.keys {
+        match node.labels.get(k) {
+            Some(v) => {
+                seg.insert(k.clone(), v.clone());
+            }
+            None => {
+                return Err(ProvisionError::Topology(format!(
+                    "topology labels from selected node {:?} does not match topology keys from CSINode {:?}",
+                    node.labels, node.keys
+                )));
+            }
+        }
+    }
+    Ok(seg)
+}
+
+pub fn requirements(
+    inputs: &TopologyInputs<'_>,
+) -> Result<Option<pb::TopologyRequirement>, ProvisionError> {
+    let selected = inputs.selected.map(selected_segments).transpose()?;
+    let allowed = flatten(inputs.allowed);
+
+    if inputs.strict
+        && let Some(sel) = &selected
+    {
+        if !allowed.is_empty() && !allowed.iter().any(|term| is_subset(term, sel)) {
+            return Err(ProvisionError::Topology(format!(
+                "selected node '{:?}' topology '{sel:?}' is not in allowed topologies: {allowed:?}",
+                inputs.selected.map(|s| s.name.as_str()).unwrap_or_default()
+            )));
+        }
+        let t = vec![to_pb(sel)];
+        return Ok(Some(pb::TopologyRequirement {
+            requisite: t.clone(),
+            preferred: t,
+        }));
+    }
+
+    let mut requisite = if !allowed.is_empty() {
+        allowed
+    } else if selected.is_none() && !inputs.immediate {
+        return Ok(None);
+    } else {
+        inputs.cluster.to_vec()
+    };
+    requisite.sort_by(compare_terms);
+    requisite.dedup();
+    if requisite.is_empty() {
+        return Ok(None);
+    }
+
+    let preferred = match &selected {
+        None => {
+            let (hash_input, index) = statefulset_hash_input(inputs.claim_name);
+            let offset =
+                (fnv1_32(hash_input.as_bytes()).wrapping_add(index) as usize) % requisite.len();
+            rotate(&requisite, offset)
+        }
+        Some(sel) => match requisite.iter().position(|t| is_subset(t, sel)) {
+            Some(i) => rotate(&requisite, i),
+            None => {
+                return Err(ProvisionError::Topology(format!(
+                    "topology {sel:?} from selected node {:?} is not in requisite: {requisite:?}",
+                    inputs.selected.map(|s| s.name.as_str()).unwrap_or_default()
+                )));
+            }
+        },
+    };
+    Ok(Some(pb::TopologyRequirement {
+        requisite: requisite.iter().map(to_pb).collect(),
+        preferred: preferred.iter().map(to_pb).collect(),
+    }))
+}
+
+/// `allowedTopologies` as segment sets: each term is the cartesian product of
+/// its expressions' values; terms are alternatives.
+pub fn flatten(allowed: &[TopologySelectorTerm]) -> Vec<Segments> {
+    let mut out = Vec::new();
+    for term in allowed {
+        let mut combos = vec![Segments::new()];
+        for expr in term.match_label_expressions.as_deref().unwrap_or_default() {
+            let mut next = Vec::new();
+            for base in &combos {
+                for v in &expr.values {
+                    let mut s = base.clone();
+                    s.insert(expr.key.clone(), v.clone());
+                    next.push(s);
+                }
+            }
+            combos = next;
+        }
+        out.extend(combos.into_iter().filter(|c| !c.is_empty()));
+    }
+    out
+}
+
+fn is_subset(small: &Segments, big: &Segments) -> bool {
+    small.iter().all(|(k, v)| big.get(k) == Some(v))
+}
+
+/// Fewer segments first, then by the sorted key/value pairs.
+fn compare_terms(a: &Segments, b: &Segments) -> Ordering {
+    a.len().cmp(&b.len()).then_with(|| a.iter().cmp(b.iter()))
+}
+
+fn rotate(terms: &[Segments], offset: usize) -> Vec<Segments> {
+    terms[offset..]
+        .iter()
+        .chain(terms[..offset].iter())
+        .cloned()
+        .collect()
+}
+
+fn to_pb(s: &Segments) -> pb::Topology {
+    pb::Topology {
+        segments: s.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+    }
+}
+
+/// StatefulSet claims are named `<claim>-<set>-<ordinal>`: hash only `<set>`
+/// (so all claims of one pod land together) and offset by the ordinal (so the
+/// set's pods spread across topologies), as in-tree volume plugins do.
+fn statefulset_hash_input(claim: &str) -> (String, u32) {
+    let Some((prefix, ordinal)) = claim.rsplit_once('-') else {
+        return (claim.to_string(), 0);
+    };
+    match ordinal.parse::<u32>() {
+        Ok(index) => {
+            let set = prefix.rsplit_once('-').map(|(_, s)| s).unwrap_or(prefix);
+            (set.to_string(), index)
+        }
+        Err(_) => (claim.to_string(), 0),
+    }
+}
+
+/// 32-bit FNV-1 (not FNV-1a): Go's `hash/fnv.New32`.
+fn fnv1_32(data: &[u8]) -> u32 {
+    let mut h: u32 = 0x811c9dc5;
+    for b in data {
+        h = h.wrapping_mul(0x01000193);
+        h ^= u32::from(*b);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::TopologySelectorLabelRequirement;
+
+    fn seg(pairs: &[(&str, &str)]) -> Segments {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn term(exprs: &[(&str, &[&str])]) -> TopologySelectorTerm {
+        TopologySelectorTerm {
+            match_label_expressions: Some(
+                exprs
+                    .iter()
+                    .map(|(k, vs)| TopologySelectorLabelRequirement {
+                        key: k.to_string(),
+                        values: vs.iter().map(|v| v.to_string()).collect(),
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    fn node(name: &str, keys: &[&str], labels: &[(&str, &str)]) -> SelectedNode {
+        SelectedNode {
+            name: name.into(),
+            keys: keys.iter().map(|s| s.to_string()).collect(),
+            labels: seg(labels),
+        }
+    }
+
+    fn segs(t: &[pb::Topology]) -> Vec<Segments> {
+        t.iter()
+            .map(|t| {
+                t.segments
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn inputs<'a>(
+        selected: Option<&'a SelectedNode>,
+        allowed: &'a [TopologySelectorTerm],
+        cluster: &'a [Segments],
+    ) -> TopologyInputs<'a> {
+        TopologyInputs {
+            selected,
+            allowed,
+            cluster,
+            strict: false,
+            immediate: true,
+            claim_name: "data",
+        }
+    }
+
+    #[test]
+    fn fnv1_matches_go() {
+        // Go: fnv.New32() over "" and "a".
+        assert_eq!(fnv1_32(b""), 0x811c9dc5);
+        assert_eq!(fnv1_32(b"a"), 0x050c5d7e);
+    }
+
+    #[test]
+    fn statefulset_names_hash_the_set_and_offset_by_ordinal() {
+        assert_eq!(statefulset_hash_input("www-web-3"), ("web".to_string(), 3));
+        assert_eq!(statefulset_hash_input("data"), ("data".to_string(), 0));
+        assert_eq!(statefulset_hash_input("data-x"), ("data-x".to_string(), 0));
+        assert_eq!(statefulset_hash_input("web-2"), ("web".to_string(), 2));
+    }
+
+    #[test]
+    fn allowed_topologies_flatten_to_a_cartesian_product() {
+        let allowed = [
+            term(&[("zone", &["a", "b"]), ("rack", &["1"])]),
+            term(&[("zone", &["c"])]),
+        ];
+        let flat = flatten(&allowed);
+        assert_eq!(
+            flat,
+            vec![
+                seg(&[("zone", "a"), ("rack", "1")]),
+                seg(&[("zone", "b"), ("rack", "1")]),
+                seg(&[("zone", "c")])
+            ]
+        );
+    }
+
+    #[test]
+    fn selected_node_goes_first_in_preferred() {
+        let n = node("n2", &["zone"], &[("zone", "b"), ("other", "x")]);
+        let cluster = [
+            seg(&[("zone", "a")]),
+            seg(&[("zone", "b")]),
+            seg(&[("zone", "c")]),
+            seg(&[("zone", "b")]),
+        ];
+        let r = requirements(&inputs(Some(&n), &[], &cluster))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            segs(&r.requisite),
+            vec![
+                seg(&[("zone", "a")]),
+                seg(&[("zone", "b")]),
+                seg(&[("zone", "c")])
+            ],
+            "sorted, deduplicated"
+        );
+        assert_eq!(
+            segs(&r.preferred),
+            vec![
+                seg(&[("zone", "b")]),
+                seg(&[("zone", "c")]),
+                seg(&[("zone", "a")])
+            ]
+        );
+    }
+
+    #[test]
+    fn strict_topology_is_the_selected_node_only() {
+        let n = node("n2", &["zone"], &[("zone", "b")]);
+        let mut i = inputs(Some(&n), &[], &[]);
+        i.strict = true;
+        let r = requirements(&i).unwrap().unwrap();
+        assert_eq!(segs(&r.requisite), vec![seg(&[("zone", "b")])]);
+        assert_eq!(r.requisite, r.preferred);
+        let allowed = [term(&[("zone", &["a"])])];
+        i.allowed = &allowed;
+        assert!(
+            requirements(&i)
+                .unwrap_err()
+                .to_string()
+                .contains("not in allowed topologies")
+        );
+    }
+
+    #[test]
+    fn immediate_without_allowed_topologies_can_be_turned_off() {
+        let mut i = inputs(None, &[], &[]);
+        i.immediate = false;
+        assert_eq!(requirements(&i).unwrap(), None);
+        assert!(!needs_cluster_topology(false, false, false, false));
+        assert!(needs_cluster_topology(false, false, false, true));
+        assert!(!needs_cluster_topology(true, true, false, true));
+        assert!(!needs_cluster_topology(false, true, true, true));
+    }
+
+    #[test]
+    fn immediate_preferred_is_a_rotation_chosen_by_the_claim_name() {
+        let cluster = [
+            seg(&[("zone", "a")]),
+            seg(&[("zone", "b")]),
+            seg(&[("zone", "c")]),
+        ];
+        let mut firsts = std::collections::BTreeSet::new();
+        for ordinal in 0..3 {
+            let name = format!("www-web-{ordinal}");
+            let mut i = inputs(None, &[], &cluster);
+            i.claim_name = &name;
+            let r = requirements(&i).unwrap().unwrap();
+            assert_eq!(r.preferred.len(), 3);
+            firsts.insert(segs(&r.preferred)[0].clone());
+        }
+        assert_eq!(
+            firsts.len(),
+            3,
+            "consecutive StatefulSet ordinals spread over every zone"
+        );
+    }
+
+    #[test]
+    fn node_problems_are_errors() {
+        let no_keys = node("n1", &[], &[("zone", "a")]);
+        assert!(
+            requirements(&inputs(Some(&no_keys), &[], &[]))
+                .unwrap_err()
+                .to_string()
+                .contains("no topology key")
+        );
+        let missing = node("n1", &["zone"], &[]);
+        assert!(
+            requirements(&inputs(Some(&missing), &[], &[]))
+                .unwrap_err()
+                .to_string()
+                .contains("does not match")
+        );
+        let elsewhere = node("n1", &["zone"], &[("zone", "z")]);
+        let allowed = [term(&[("zone", &["a"])])];
+        assert!(
+            requirements(&inputs(Some(&elsewhere), &allowed, &[]))
+                .unwrap_err()
+                .to_string()
+                .contains("not in requisite")
+        );
+    }
+}
