@@ -22,7 +22,7 @@ use crate::kube::{
     EventType, add_finalizer, get_fresh, has_finalizer, is_status, remove_finalizer,
 };
 use crate::metrics::VolumeLabels;
-use crate::provision::SecretRef;
+use crate::provision::{SecretKind, SecretRef, secrets};
 
 #[derive(Debug, thiserror::Error)]
 pub enum VolumeError {
@@ -216,22 +216,50 @@ async fn delete(ctx: &Context, cached: &PersistentVolume) -> Result<(), VolumeEr
 /// that cannot be read is logged and deletion goes on without it (upstream).
 async fn deletion_secrets(ctx: &Context, pv: &PersistentVolume) -> HashMap<String, String> {
     let ann = pv.annotations();
-    let (Some(name), Some(namespace)) = (
+    let r = match (
         ann.get(keys::ANN_DELETION_SECRET_NAME),
         ann.get(keys::ANN_DELETION_SECRET_NAMESPACE),
-    ) else {
-        return HashMap::new();
-    };
-    if name.is_empty() || namespace.is_empty() {
-        return HashMap::new();
-    }
-    let r = SecretRef {
-        name: name.clone(),
-        namespace: namespace.clone(),
+    ) {
+        (Some(name), Some(namespace)) if !name.is_empty() && !namespace.is_empty() => SecretRef {
+            name: name.clone(),
+            namespace: namespace.clone(),
+        },
+        (Some(_), Some(_)) => return HashMap::new(),
+        // PVs from before the annotations existed: resolve from the class.
+        _ => match secret_from_class(ctx, pv) {
+            Some(r) => r,
+            None => return HashMap::new(),
+        },
     };
     ctx.secret_data(&r).await.unwrap_or_else(|e| {
-        warn!(pv = %pv.name_any(), secret = %format!("{namespace}/{name}"), error = %e, "deleting without the provisioner secret");
+        let secret = format!("{}/{}", r.namespace, r.name);
+        warn!(pv = %pv.name_any(), %secret, error = %e, "deleting without the provisioner secret");
         HashMap::new()
+    })
+}
+
+/// The provisioner secret as the PV's (current) StorageClass names it, for PVs
+/// without the deletion-secret annotations. Claim annotations are not known
+/// any more, so templates using them fail (as upstream).
+fn secret_from_class(ctx: &Context, pv: &PersistentVolume) -> Option<SecretRef> {
+    let spec = pv.spec.as_ref()?;
+    let class_name = spec.storage_class_name.as_deref()?;
+    let class = ctx
+        .classes
+        .get(&kube::runtime::reflector::ObjectRef::new(class_name))?;
+    let claim = spec.claim_ref.as_ref()?;
+    let params = class.parameters.clone().unwrap_or_default();
+    let none = std::collections::BTreeMap::new();
+    let pv_name = pv.name_any();
+    let inputs = secrets::TemplateInputs {
+        pv_name: &pv_name,
+        pvc_name: claim.name.as_deref().unwrap_or_default(),
+        pvc_namespace: claim.namespace.as_deref().unwrap_or_default(),
+        pvc_annotations: &none,
+    };
+    secrets::resolve(SecretKind::Provisioner, &params, &inputs).unwrap_or_else(|e| {
+        warn!(pv = %pv_name, error = %e, "cannot resolve the deletion secret from the StorageClass");
+        None
     })
 }
 
