@@ -10,6 +10,7 @@ mod fixtures;
 mod names;
 mod namespace;
 mod process;
+mod rbac;
 mod rig;
 mod wait;
 
@@ -18,6 +19,7 @@ pub use fixtures::{PvFixture, PvcFixture, StorageClassFixture};
 pub use names::unique_name;
 pub use namespace::TestNamespace;
 pub use process::{ChildProcess, wait_for_socket, workspace_bin};
+pub use rbac::{PROVISIONER_USER, ShippedRbac, grant_lease_role, grant_provisioner_rbac};
 pub use rig::{DEADLINE, Rig, RigBuilder};
 pub use wait::{Observation, wait_for, wait_for_deleted};
 

@@ -21,8 +21,8 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 
 use super::{
-    ChildProcess, PvcFixture, StorageClassFixture, TestNamespace, cluster, unique_name, wait_for,
-    workspace_bin,
+    ChildProcess, PvcFixture, StorageClassFixture, TestNamespace, cluster, grant_lease_role,
+    grant_provisioner_rbac, unique_name, wait_for, workspace_bin,
 };
 
 /// How long end-to-end steps may take before a test fails (a correctness
@@ -66,7 +66,8 @@ impl RigBuilder {
         self
     }
 
-    /// Run the sidecar with this kubeconfig instead of the admin one.
+    /// Run the sidecar with this kubeconfig instead of the non-admin `csi-provisioner` one
+    /// (which has exactly the rights of deploy/kubernetes/rbac.yaml).
     pub fn kubeconfig(mut self, path: PathBuf) -> Self {
         self.kubeconfig = Some(path);
         self
@@ -100,14 +101,19 @@ impl RigBuilder {
             .create(&PostParams::default(), &fixture.build())
             .await
             .expect("creating the StorageClass");
+        // By default the sidecar runs as the non-admin user under the shipped RBAC: the
+        // ClusterRole, and the leader-election Role in the rig's namespace (the Lease namespace
+        // of tests that pass `--leader-election-namespace=<rig namespace>`).
+        let kubeconfig = self
+            .kubeconfig
+            .unwrap_or_else(|| cluster.provisioner_kubeconfig.clone());
+        if kubeconfig == cluster.provisioner_kubeconfig {
+            grant_provisioner_rbac().await;
+            grant_lease_role(&ns.name).await;
+        }
         let mut args = vec![
             format!("--csi-address={}", driver.csi_address()),
-            format!(
-                "--kubeconfig={}",
-                self.kubeconfig
-                    .unwrap_or_else(|| cluster.kubeconfig.clone())
-                    .display()
-            ),
+            format!("--kubeconfig={}", kubeconfig.display()),
             "-v=5".to_string(),
         ];
         args.extend(self.sidecar_args);
