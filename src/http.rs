@@ -66,13 +66,14 @@ impl HttpServer {
     fn handle(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
         let path = req.uri().path();
         if path == self.metrics_path {
-            let mut body = String::new();
-            match prometheus_client::encoding::text::encode(&mut body, &self.registry) {
-                Ok(()) => reply(
-                    StatusCode::OK,
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    body,
-                ),
+            let accept = req
+                .headers()
+                .get(hyper::header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            let (content_type, body) = self.encode_metrics(wants_openmetrics(accept));
+            match body {
+                Ok(body) => reply(StatusCode::OK, content_type, body),
                 Err(e) => reply(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "text/plain",
@@ -98,6 +99,35 @@ impl HttpServer {
     }
 }
 
+impl HttpServer {
+    /// Upstream (promhttp without OpenMetrics) always answers in the Prometheus
+    /// text format 0.0.4; we do too, unless the scraper asks for OpenMetrics.
+    fn encode_metrics(&self, openmetrics: bool) -> (&'static str, Result<String, std::fmt::Error>) {
+        let mut body = String::new();
+        if openmetrics {
+            let r = prometheus_client::encoding::text::encode(&mut body, &self.registry);
+            (OPENMETRICS_CONTENT_TYPE, r.map(|()| body))
+        } else {
+            let r = prometheus_client::encoding::prometheus_text::encode(&mut body, &self.registry);
+            (
+                prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+                r.map(|()| body),
+            )
+        }
+    }
+}
+
+const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Whether an `Accept` header lists OpenMetrics text (as Prometheus sends it).
+fn wants_openmetrics(accept: &str) -> bool {
+    accept.split(',').any(|part| {
+        part.split(';')
+            .next()
+            .is_some_and(|media| media.trim() == "application/openmetrics-text")
+    })
+}
+
 fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
     Response::builder()
         .status(status)
@@ -112,5 +142,21 @@ fn normalize_addr(addr: &str) -> String {
         format!("0.0.0.0{addr}")
     } else {
         addr.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openmetrics_only_when_asked_for() {
+        // What Prometheus 2.x/3.x sends.
+        assert!(wants_openmetrics(
+            "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+        ));
+        assert!(!wants_openmetrics(""));
+        assert!(!wants_openmetrics("*/*"));
+        assert!(!wants_openmetrics("text/plain;version=0.0.4"));
     }
 }

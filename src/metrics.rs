@@ -1,11 +1,13 @@
 //! Prometheus metrics with upstream's names and labels, so existing dashboards
 //! keep working. One registry is built in `main`; components get an
-//! `Arc<Metrics>` and record into typed families.
+//! `Arc<Metrics>` and record into typed families. The `process_*` metrics that
+//! upstream gets from client_golang are read from `/proc` on each scrape.
 
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
@@ -116,11 +118,221 @@ impl Metrics {
             "1 while this replica holds the lease, else 0",
             m.leader_status.clone(),
         );
+        registry.register_collector(Box::new(ProcessCollector));
         m
     }
 
     /// A registry-less instance for unit tests and tools.
     pub fn unregistered() -> Metrics {
         Metrics::register(&mut Registry::default())
+    }
+}
+
+/// Linux reports CPU times in /proc in units of USER_HZ, which the kernel ABI
+/// fixes at 100 on every architecture (client_golang's procfs assumes the same).
+const USER_HZ: f64 = 100.0;
+
+/// The `process_*` metrics of client_golang's process collector, read from
+/// `/proc/self` at scrape time. Nothing is exported where `/proc` is missing.
+#[derive(Debug)]
+struct ProcessCollector;
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(p) = ProcessStats::read() else {
+            return Ok(());
+        };
+        let cpu = ConstCounter::new(p.cpu_seconds);
+        cpu.encode(encoder.encode_descriptor(
+            "process_cpu_seconds",
+            "Total user and system CPU time spent in seconds",
+            None,
+            cpu.metric_type(),
+        )?)?;
+        let gauges: [(&str, &str, Option<f64>); 5] = [
+            (
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes",
+                p.resident_bytes,
+            ),
+            (
+                "process_virtual_memory_bytes",
+                "Virtual memory size in bytes",
+                Some(p.virtual_bytes),
+            ),
+            (
+                "process_start_time_seconds",
+                "Start time of the process since unix epoch in seconds",
+                p.start_time_seconds,
+            ),
+            (
+                "process_open_fds",
+                "Number of open file descriptors",
+                p.open_fds,
+            ),
+            (
+                "process_max_fds",
+                "Maximum number of open file descriptors",
+                p.max_fds,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            if let Some(v) = value {
+                let gauge = ConstGauge::new(v);
+                gauge.encode(encoder.encode_descriptor(
+                    name,
+                    help,
+                    None,
+                    gauge.metric_type(),
+                )?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct ProcessStats {
+    cpu_seconds: f64,
+    virtual_bytes: f64,
+    resident_bytes: Option<f64>,
+    start_time_seconds: Option<f64>,
+    open_fds: Option<f64>,
+    max_fds: Option<f64>,
+}
+
+impl ProcessStats {
+    fn read() -> Option<ProcessStats> {
+        let read = |p: &str| std::fs::read_to_string(p).ok();
+        let stat = parse_stat(&read("/proc/self/stat")?)?;
+        let boot_time = read("/proc/stat").and_then(|s| parse_boot_time(&s));
+        Some(ProcessStats {
+            cpu_seconds: (stat.utime + stat.stime) as f64 / USER_HZ,
+            virtual_bytes: stat.vsize as f64,
+            resident_bytes: read("/proc/self/status").and_then(|s| parse_rss_bytes(&s)),
+            start_time_seconds: boot_time.map(|b| b as f64 + stat.start_ticks as f64 / USER_HZ),
+            open_fds: std::fs::read_dir("/proc/self/fd")
+                .ok()
+                .map(|d| d.count() as f64),
+            max_fds: read("/proc/self/limits").and_then(|s| parse_max_fds(&s)),
+        })
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct Stat {
+    utime: u64,
+    stime: u64,
+    start_ticks: u64,
+    vsize: u64,
+}
+
+/// `/proc/self/stat`: fields are space-separated, but the second (the command
+/// name, in parentheses) may itself hold spaces and parentheses, so counting
+/// starts after its last `)`. The first field after it is field 3 (`state`).
+fn parse_stat(text: &str) -> Option<Stat> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+    Some(Stat {
+        utime: field(14)?,
+        stime: field(15)?,
+        start_ticks: field(22)?,
+        vsize: field(23)?,
+    })
+}
+
+/// `btime` of `/proc/stat`: boot time in seconds since the epoch.
+fn parse_boot_time(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("btime "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// `VmRSS:` of `/proc/self/status`, in kB (no page-size assumption needed).
+fn parse_rss_bytes(text: &str) -> Option<f64> {
+    let line = text.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
+    let kb: f64 = line.split_whitespace().next()?.parse().ok()?;
+    Some(kb * 1024.0)
+}
+
+/// The soft limit of `Max open files` in `/proc/self/limits`.
+fn parse_max_fds(text: &str) -> Option<f64> {
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Max open files"))?;
+    line.split_whitespace().next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_is_read_after_the_command_name_even_with_spaces_and_parentheses() {
+        let line = "4242 (csi (prov) x) S 1 4242 4242 0 -1 4194560 1200 0 3 0 \
+                    250 75 0 0 20 0 9 0 123456 98765432 4321 18446744073709551615 \
+                    1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n";
+        assert_eq!(
+            parse_stat(line),
+            Some(Stat {
+                utime: 250,
+                stime: 75,
+                start_ticks: 123456,
+                vsize: 98765432,
+            })
+        );
+        assert_eq!(parse_stat("garbage"), None);
+        assert_eq!(parse_stat("1 (x) S 1 2"), None);
+    }
+
+    #[test]
+    fn status_limits_and_boot_time() {
+        let status = "Name:\tcsi-provisioner\nVmPeak:\t  9000 kB\nVmRSS:\t    2048 kB\n";
+        assert_eq!(parse_rss_bytes(status), Some(2048.0 * 1024.0));
+        assert_eq!(parse_rss_bytes("Name: x\n"), None);
+        let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
+                      Max open files            1024                 524288               files\n";
+        assert_eq!(parse_max_fds(limits), Some(1024.0));
+        assert_eq!(
+            parse_boot_time("cpu  1 2 3\nbtime 1700000000\nprocesses 9\n"),
+            Some(1_700_000_000)
+        );
+    }
+
+    #[test]
+    fn process_metrics_are_exported_with_client_golang_names() {
+        let mut registry = Registry::default();
+        let _m = Metrics::register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for name in [
+            "process_cpu_seconds_total ",
+            "process_resident_memory_bytes ",
+            "process_virtual_memory_bytes ",
+            "process_start_time_seconds ",
+            "process_open_fds ",
+            "process_max_fds ",
+        ] {
+            assert!(
+                text.lines().any(|l| l.starts_with(name)),
+                "{name} missing from:\n{text}"
+            );
+        }
+        let start: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("process_start_time_seconds "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        // Started at most a day ago (this test process), never in the future.
+        assert!(
+            start <= now + 1.0 && start > now - 86_400.0,
+            "{start} vs {now}"
+        );
     }
 }
