@@ -1,0 +1,136 @@
+//! The command line as an operator meets it: our binary, run as a process.
+//! Upstream's flag conventions (Go's single-dash long flags, `-v=5`, exit 2
+//! for an unknown flag with its name, exit 1 for conflicting flags) and one-line
+//! reasons when the sidecar cannot start. None of these needs a cluster.
+
+mod support;
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use support::{ChildProcess, DEADLINE, workspace_bin};
+
+fn run(args: &[&str]) -> Output {
+    Command::new(workspace_bin("csi-provisioner"))
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("running csi-provisioner")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A usage error is one line on stderr, naming what was wrong.
+fn assert_one_line(out: &Output, needle: &str) {
+    let err = stderr(out);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line on stderr, got:\n{err}");
+    assert!(
+        lines[0].contains(needle),
+        "{needle:?} not in {:?}",
+        lines[0]
+    );
+}
+
+#[test]
+fn unknown_flag_exits_2_naming_the_flag() {
+    for flag in ["--no-such-flag", "-no-such-flag", "--no-such-flag=1"] {
+        let out = run(&[flag]);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {}", stderr(&out));
+        assert_one_line(&out, "no-such-flag");
+    }
+}
+
+#[test]
+fn version_prints_the_version_and_exits_0() {
+    for flag in ["--version", "-version"] {
+        let out = run(&[flag]);
+        assert_eq!(out.status.code(), Some(0), "{flag}: {}", stderr(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains(env!("CARGO_PKG_VERSION")),
+            "{flag}: {stdout:?}"
+        );
+    }
+}
+
+#[test]
+fn metrics_address_and_http_endpoint_together_exit_1() {
+    let out = run(&[
+        "--csi-address=/nonexistent.sock",
+        "--metrics-address=:8080",
+        "--http-endpoint=:8081",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_one_line(&out, "--metrics-address");
+    assert!(stderr(&out).contains("--http-endpoint"), "{}", stderr(&out));
+}
+
+#[test]
+fn go_style_single_dash_flags_and_verbosity_are_accepted() {
+    // As upstream manifests write them. `-version` stops right after parsing,
+    // so a flag the parser did not accept would show as exit 2 here.
+    let out = run(&[
+        "-csi-address=/var/lib/csi/sockets/pluginproxy/csi.sock",
+        "-v=5",
+        "--v=5",
+        "-timeout=15s",
+        "-leader-election",
+        "-leader-election-lease-duration=1m30s",
+        "-http-endpoint=:8080",
+        "-kube-api-qps=20",
+        "-version",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // The same value mistyped is still refused, naming the flag.
+    let out = run(&["-timeout=15 seconds", "-version"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_one_line(&out, "timeout");
+}
+
+#[test]
+fn a_feature_that_is_not_built_yet_stops_the_process() {
+    let out = run(&["--csi-address=/nonexistent.sock", "--enable-capacity"]);
+    assert!(!out.status.success(), "{}", stderr(&out));
+    assert_one_line(&out, "not supported yet");
+    assert!(
+        stderr(&out).contains("--enable-capacity"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[tokio::test]
+async fn a_driver_socket_that_never_appears_stops_the_process_with_one_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("never.sock");
+    let kubeconfig = dir.path().join("kubeconfig");
+    // The driver is connected to first (as upstream does): the kubeconfig is never read.
+    std::fs::write(&kubeconfig, "not: [a kubeconfig").unwrap();
+    let started = Instant::now();
+    let mut sidecar = ChildProcess::spawn(Command::new(workspace_bin("csi-provisioner")).args([
+        format!("-csi-address={}", socket.display()),
+        format!("-kubeconfig={}", kubeconfig.display()),
+    ]));
+    let status = sidecar.wait_exit(DEADLINE).await;
+    let waited = started.elapsed();
+    let log = sidecar.log_contents();
+    assert_eq!(status.code(), Some(1), "{log}");
+    // Upstream waits 30 s for the socket before giving up; so do we.
+    assert!(
+        waited >= Duration::from_secs(29),
+        "gave up after {waited:?}:\n{log}"
+    );
+    let last = log
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    assert!(
+        last.contains("connect") && last.contains(&socket.display().to_string()),
+        "the last line says why: {last:?}\n{log}"
+    );
+}

@@ -1,0 +1,194 @@
+//! Secrets stay secret: the value of a provisioner secret reaches the driver
+//! (its keys are in the driver's ledger) and nowhere else — not in our logs at
+//! the highest verbosity (text or JSON), not in events, not in the PV, and not
+//! in the `Debug` output of the CSI requests that carry it.
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use csi_provisioner::csi::pb;
+use k8s_openapi::api::core::v1::{Event, Secret};
+use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use support::{Rig, unique_name};
+
+/// The secret's value: unique per run, so no other text can contain it by chance.
+fn sentinel() -> String {
+    format!("s3ntinel-{}", unique_name("v"))
+}
+
+/// Every form the value could leak in: as is, and base64 as the API carries it.
+fn forms(value: &str) -> [String; 2] {
+    [value.to_string(), base64(value.as_bytes())]
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn assert_absent(what: &str, text: &str, value: &str) {
+    for form in forms(value) {
+        assert!(
+            !text.contains(&form),
+            "the secret value ({form}) appears in {what}:\n{text}"
+        );
+    }
+}
+
+/// Provisions and deletes a claim of a class whose provisioner secret is found
+/// through `${pvc.namespace}`/`${pvc.name}` templates, with our sidecar at
+/// `-v=10` in the given logging format; then looks for the secret everywhere.
+async fn secret_value_reaches_only_the_driver(logging_format: &str) {
+    let value = sentinel();
+    let rig = Rig::builder("secrets")
+        .class(|c| {
+            c.param(
+                "csi.storage.k8s.io/provisioner-secret-name",
+                "${pvc.name}-creds",
+            )
+            .param(
+                "csi.storage.k8s.io/provisioner-secret-namespace",
+                "${pvc.namespace}",
+            )
+        })
+        .sidecar_args(&["-v=10", &format!("--logging-format={logging_format}")])
+        .without_sidecar()
+        .start()
+        .await;
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some("data-creds".into()),
+            ..Default::default()
+        },
+        string_data: Some(BTreeMap::from([
+            ("password".to_string(), value.clone()),
+            ("user".to_string(), "admin".to_string()),
+        ])),
+        ..Default::default()
+    };
+    rig.ns
+        .api::<Secret>()
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("creating the provisioner secret");
+    let mut rig = rig;
+    rig.start_sidecar();
+
+    rig.create_claim(rig.claim("data")).await;
+    let pv = rig.wait_bound("data").await;
+    let pv_name = pv.metadata.name.clone().unwrap();
+
+    // The secret did reach the driver: the ledger records the keys it got.
+    let ledger = rig.ledger().await;
+    let volume = ledger.volume_by_name(&pv_name).expect("the backend volume");
+    let mut keys = volume.secret_keys.clone();
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["password", "user"],
+        "CreateVolume carried the secret"
+    );
+    // The PV records where the secret is (for deletion), never what it holds.
+    let ann = pv.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        ann.get("volume.kubernetes.io/provisioner-deletion-secret-name")
+            .map(String::as_str),
+        Some("data-creds")
+    );
+    assert_eq!(
+        ann.get("volume.kubernetes.io/provisioner-deletion-secret-namespace"),
+        Some(&rig.ns.name)
+    );
+    assert_absent("the PV", &serde_json::to_string(&pv).unwrap(), &value);
+
+    rig.delete_claim("data").await;
+    rig.wait_pv_gone(&pv_name).await;
+    assert_eq!(rig.ledger().await.call_count("DeleteVolume"), 1);
+
+    // Logs at the highest verbosity: the requests were logged (so the check
+    // means something), their secret was not.
+    let log = rig.sidecar_log();
+    let logged_request = log
+        .lines()
+        .any(|l| l.contains("CreateVolume") && l.contains(&pv_name));
+    assert!(
+        logged_request,
+        "-v=10 logs the CreateVolume request:\n{log}"
+    );
+    assert!(
+        log.contains("hyper_util"),
+        "-v=10 turns on the HTTP libraries' debug logs too:\n{log}"
+    );
+    if logging_format == "json" {
+        let first = log.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+        serde_json::from_str::<serde_json::Value>(first)
+            .unwrap_or_else(|e| panic!("JSON log lines ({e}): {first}"));
+    }
+    assert_absent("the sidecar's log", &log, &value);
+
+    // Events in the claim's namespace and about the PV.
+    for ns in [rig.ns.name.as_str(), "default"] {
+        let events: Api<Event> = Api::namespaced(rig.client.clone(), ns);
+        let list = events.list(&ListParams::default()).await.unwrap();
+        assert_absent(
+            &format!("events of {ns}"),
+            &serde_json::to_string(&list.items).unwrap(),
+            &value,
+        );
+    }
+    rig.cleanup().await;
+}
+
+#[tokio::test]
+async fn provisioner_secret_reaches_the_driver_and_no_text_log_event_or_pv() {
+    secret_value_reaches_only_the_driver("text").await;
+}
+
+#[tokio::test]
+async fn provisioner_secret_reaches_no_json_log_either() {
+    secret_value_reaches_only_the_driver("json").await;
+}
+
+#[test]
+fn debug_of_requests_with_secrets_never_prints_them() {
+    let value = sentinel();
+    let secrets = std::collections::HashMap::from([("password".to_string(), value.clone())]);
+    let create = pb::CreateVolumeRequest {
+        name: "pvc-1".into(),
+        secrets: secrets.clone(),
+        ..Default::default()
+    };
+    let delete = pb::DeleteVolumeRequest {
+        volume_id: "vol-1".into(),
+        secrets,
+    };
+    for text in [
+        format!("{create:?}"),
+        format!("{create:#?}"),
+        format!("{delete:?}"),
+        format!("{delete:#?}"),
+    ] {
+        assert_absent("a request's Debug", &text, &value);
+        assert!(
+            text.contains("pvc-1") || text.contains("vol-1"),
+            "the rest is printed: {text}"
+        );
+    }
+}
