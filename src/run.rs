@@ -200,15 +200,8 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
     }
 
     // 4. Caches and reconcilers.
-    let classes_api: Api<StorageClass> = Api::all(client.clone());
     let (classes, class_writer) = reflector::store();
-    let class_stream = reflector(
-        class_writer,
-        watcher(classes_api, watcher::Config::default()),
-    )
-    .default_backoff()
-    .touched_objects()
-    .for_each(|_| async {});
+    let class_stream = cached_stream::<StorageClass>(&client, class_writer).for_each(|_| async {});
 
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -226,20 +219,22 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
         started: Mutex::new(HashMap::new()),
     });
 
+    let (claim_store, claim_writer) = reflector::store();
+    let (volume_store, volume_writer) = reflector::store();
     let workers = controller::Config::default().concurrency(cfg.worker_threads as u16);
     let shutdown = stop.clone();
-    let claims = Controller::new(
-        Api::<PersistentVolumeClaim>::all(client.clone()),
-        watcher::Config::default(),
+    let claims = Controller::for_stream(
+        cached_stream::<PersistentVolumeClaim>(&client, claim_writer),
+        claim_store,
     )
     .with_config(workers.clone())
     .graceful_shutdown_on(async move { shutdown.cancelled().await })
     .run(claim::reconcile, claim::error_policy, ctx.clone())
     .for_each(|_| async {});
     let shutdown = stop.clone();
-    let volumes = Controller::new(
-        Api::<PersistentVolume>::all(client.clone()),
-        watcher::Config::default(),
+    let volumes = Controller::for_stream(
+        cached_stream::<PersistentVolume>(&client, volume_writer),
+        volume_store,
     )
     .with_config(workers)
     .graceful_shutdown_on(async move { shutdown.cancelled().await })
@@ -285,6 +280,33 @@ impl LeaderHealth for GateHealth {
             _ => Ok(()),
         }
     }
+}
+
+/// A watch of every `K` feeding `writer`, with `managedFields` dropped before
+/// caching: they are often most of an object's bytes and we never read them.
+/// The initial list may be served from the API server's watch cache
+/// (`resourceVersion=0`): a cache is only for finding work, every decision is
+/// re-read from the API server (DESIGN §2.2).
+fn cached_stream<K>(
+    client: &Client,
+    writer: reflector::store::Writer<K>,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let stream = watcher(
+        Api::<K>::all(client.clone()),
+        watcher::Config::default().any_semantic(),
+    )
+    .default_backoff()
+    .modify(|obj| obj.meta_mut().managed_fields = None);
+    reflector(writer, stream).applied_objects()
 }
 
 async fn kube_client(cfg: &RunConfig, limit: RateLimit) -> Result<Client, FatalError> {
