@@ -1,0 +1,209 @@
+//! The manifests in deploy/kubernetes are real: the API server accepts every
+//! object (server-side dry run), the Deployment's flags are ones our binary
+//! takes, its probe points at an endpoint those flags turn on, and it runs as
+//! the non-root user the Dockerfile sets.
+
+mod support;
+
+use std::path::Path;
+
+use csi_provisioner::config::{self, Config, Env};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kube::api::{Api, PostParams};
+use serde::de::DeserializeOwned;
+use support::cluster;
+
+fn read(path: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
+fn documents(path: &str) -> Vec<serde_json::Value> {
+    serde_saphyr::from_multiple::<serde_json::Value>(&read(path))
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+fn typed<K: DeserializeOwned>(doc: &serde_json::Value) -> K {
+    serde_json::from_value(doc.clone()).unwrap_or_else(|e| panic!("{}: {e}", doc["kind"]))
+}
+
+fn the_deployment() -> Deployment {
+    let docs = documents("deploy/kubernetes/deployment.yaml");
+    assert_eq!(docs.len(), 1, "one Deployment");
+    typed(&docs[0])
+}
+
+#[tokio::test]
+async fn the_api_server_accepts_every_object_of_the_manifests() {
+    let client = cluster().await.client.clone();
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    // Named after upstream's objects, which may exist already (the tests apply the RBAC):
+    // only "already exists" is an acceptable refusal.
+    let accepted = |r: Result<(), kube::Error>, what: &str| match r {
+        Ok(()) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("the API server refused {what}: {e}"),
+    };
+    let mut kinds = Vec::new();
+    for path in [
+        "deploy/kubernetes/rbac.yaml",
+        "deploy/kubernetes/deployment.yaml",
+    ] {
+        for doc in documents(path) {
+            let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+            let ns = doc["metadata"]["namespace"].as_str().unwrap_or("default");
+            let what = format!("{kind} in {path}");
+            let r = match kind.as_str() {
+                "ServiceAccount" => Api::<ServiceAccount>::namespaced(client.clone(), ns)
+                    .create(&dry_run, &typed(&doc))
+                    .await
+                    .map(drop),
+                "ClusterRole" => Api::<ClusterRole>::all(client.clone())
+                    .create(&dry_run, &typed(&doc))
+                    .await
+                    .map(drop),
+                "ClusterRoleBinding" => Api::<ClusterRoleBinding>::all(client.clone())
+                    .create(&dry_run, &typed(&doc))
+                    .await
+                    .map(drop),
+                "Role" => Api::<Role>::namespaced(client.clone(), ns)
+                    .create(&dry_run, &typed(&doc))
+                    .await
+                    .map(drop),
+                "RoleBinding" => Api::<RoleBinding>::namespaced(client.clone(), ns)
+                    .create(&dry_run, &typed(&doc))
+                    .await
+                    .map(drop),
+                "Deployment" => Api::<Deployment>::namespaced(client.clone(), ns)
+                    .create(&dry_run, &typed(&doc))
+                    .await
+                    .map(drop),
+                other => panic!("{path}: unexpected kind {other}"),
+            };
+            accepted(r, &what);
+            kinds.push(kind);
+        }
+    }
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Deployment",
+            "Role",
+            "RoleBinding",
+            "ServiceAccount"
+        ]
+    );
+}
+
+#[test]
+fn the_deployment_runs_our_flags_as_the_images_user_with_the_shipped_service_account() {
+    let deployment = the_deployment();
+    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    let sidecar = pod
+        .containers
+        .iter()
+        .find(|c| c.name == "csi-provisioner")
+        .expect("the sidecar container");
+
+    // The flags, with the container's $(ADDRESS) expanded as the kubelet does.
+    let address = sidecar
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "ADDRESS")
+        .and_then(|e| e.value.clone())
+        .expect("ADDRESS");
+    let mut argv = vec!["csi-provisioner".to_string()];
+    argv.extend(
+        sidecar
+            .args
+            .iter()
+            .flatten()
+            .map(|a| a.replace("$(ADDRESS)", &address)),
+    );
+    let args = config::parse_from(argv.clone()).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    let env = Env {
+        service_account_namespace: Some("default".into()),
+        ..Env::from_lookup(|_| None)
+    };
+    let cfg = Config::from_args(&args, &env).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    assert_eq!(cfg.csi_socket, Path::new(&address));
+    assert!(
+        cfg.leader_election.is_some(),
+        "replicated: leader election on"
+    );
+
+    // The liveness probe asks an endpoint those flags serve, on the declared port.
+    let http = cfg.http.expect("--http-endpoint");
+    assert!(http.leader_election_health);
+    let probe = sidecar
+        .liveness_probe
+        .as_ref()
+        .and_then(|p| p.http_get.as_ref())
+        .expect("an HTTP liveness probe");
+    assert_eq!(probe.path.as_deref(), Some("/healthz/leader-election"));
+    let port = sidecar
+        .ports
+        .iter()
+        .flatten()
+        .find(|p| {
+            matches!(&probe.port,
+                k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(n)
+                    if p.name.as_deref() == Some(n.as_str()))
+        })
+        .expect("the probe's named port");
+    assert!(http.address.ends_with(&format!(":{}", port.container_port)));
+
+    // The socket directory is shared with the driver.
+    let mount = |c: &k8s_openapi::api::core::v1::Container| {
+        c.volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| address.starts_with(&m.mount_path))
+            .map(|m| m.name.clone())
+    };
+    let driver = pod
+        .containers
+        .iter()
+        .find(|c| c.name != "csi-provisioner")
+        .expect("a driver container");
+    assert_eq!(mount(sidecar), mount(driver), "one socket directory");
+    assert!(mount(sidecar).is_some());
+
+    // The pod runs as the Dockerfile's USER, so the sidecar can use the driver's socket.
+    let dockerfile = read("Dockerfile");
+    let user = dockerfile
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("USER "))
+        .expect("the image sets a USER");
+    let uid: i64 = user
+        .split(':')
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .expect("numeric USER");
+    let security = pod.security_context.expect("a pod security context");
+    assert_ne!(uid, 0);
+    assert_eq!(security.run_as_user, Some(uid));
+    assert_eq!(security.run_as_non_root, Some(true));
+
+    // The ServiceAccount is the one rbac.yaml creates and binds.
+    let service_account = documents("deploy/kubernetes/rbac.yaml")
+        .into_iter()
+        .find(|d| d["kind"] == "ServiceAccount")
+        .and_then(|d| d["metadata"]["name"].as_str().map(str::to_string));
+    assert_eq!(pod.service_account_name, service_account);
+}
