@@ -1,0 +1,128 @@
+//! The three programs compared: the upstream Go sidecar, ours, and the floor
+//! (this binary's `floor` subcommand). Each gets the same flags.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+use tokio::process::{Child, Command};
+
+use crate::plan::{Limits, WORKER_THREADS};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Who {
+    Upstream,
+    Ours,
+    Floor,
+}
+
+impl Who {
+    pub const ALL: [Who; 3] = [Who::Upstream, Who::Ours, Who::Floor];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Who::Upstream => "upstream",
+            Who::Ours => "ours",
+            Who::Floor => "floor",
+        }
+    }
+}
+
+/// Where each program is.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    pub upstream: PathBuf,
+    pub ours: PathBuf,
+    pub bench: PathBuf,
+    pub driver: PathBuf,
+}
+
+impl Binaries {
+    pub fn check(&self) -> anyhow::Result<()> {
+        for p in [&self.upstream, &self.ours, &self.bench, &self.driver] {
+            anyhow::ensure!(
+                p.is_file(),
+                "{} is missing (make bench builds it)",
+                p.display()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The flags every contender gets, in the same order.
+pub fn common_flags(socket: &Path, kubeconfig: &Path, limits: Limits) -> Vec<String> {
+    vec![
+        format!("--csi-address={}", socket.display()),
+        format!("--kubeconfig={}", kubeconfig.display()),
+        format!("--kube-api-qps={}", limits.qps),
+        format!("--kube-api-burst={}", limits.burst),
+        format!("--worker-threads={WORKER_THREADS}"),
+        "--leader-election=false".to_string(),
+    ]
+}
+
+pub struct Running {
+    pub who: Who,
+    pub child: Child,
+    pub pid: u32,
+    pub log: PathBuf,
+}
+
+pub fn spawn(who: Who, bins: &Binaries, flags: &[String], log: PathBuf) -> anyhow::Result<Running> {
+    let mut cmd = match who {
+        Who::Upstream => Command::new(&bins.upstream),
+        Who::Ours => Command::new(&bins.ours),
+        Who::Floor => {
+            let mut c = Command::new(&bins.bench);
+            c.arg("floor");
+            c
+        }
+    };
+    let out = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+    let child = cmd
+        .args(flags)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {}", who.label()))?;
+    let pid = child.id().context("contender pid")?;
+    Ok(Running {
+        who,
+        child,
+        pid,
+        log,
+    })
+}
+
+impl Running {
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// SIGTERM, then SIGKILL after 10 s.
+    pub async fn stop(mut self) {
+        let _ = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(self.pid.to_string())
+            .status();
+        if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+    }
+
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}

@@ -1,0 +1,467 @@
+//! `make bench` / `make bench-quick`: our csi-provisioner against the upstream
+//! Go sidecar and a minimal floor client, on one local control plane with the
+//! test driver, same flags, alternating, several rounds. Prints progress,
+//! then a table per scenario, and writes them (with plots) into
+//! docs/benchmarks.md. A benchmark, not a test: nothing here asserts speed.
+
+mod cluster;
+mod contender;
+mod driver;
+mod floor;
+mod observe;
+mod plan;
+mod plot;
+mod procfs;
+mod report;
+mod runner;
+mod stats;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use clap::{Parser, Subcommand};
+
+use contender::{Binaries, Who};
+use plan::{Profile, Scenario, Workload};
+use runner::{Ctx, RunResult};
+
+#[derive(Parser)]
+#[command(
+    name = "bench",
+    about = "Benchmark csi-provisioner against the upstream Go sidecar"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the benchmark (start a control plane, run every scenario, write the report).
+    Run(RunArgs),
+    /// The floor client (started by `run` as a contender; takes the sidecars' flags).
+    Floor(floor::FloorArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    #[arg(long, value_enum, default_value_t = Profile::Quick)]
+    profile: Profile,
+    /// Use the control plane of CSI_TESTBED_DIR instead of starting one.
+    #[arg(long)]
+    reuse_cluster: bool,
+    /// Where to start the control plane (default /tmp/tb-bench-<pid>).
+    #[arg(long)]
+    cluster_dir: Option<PathBuf>,
+    /// Only these scenarios (by name, e.g. burst-raised-0ms); repeatable.
+    #[arg(long)]
+    only: Vec<String>,
+    /// Override the number of rounds of every non-idle scenario.
+    #[arg(long)]
+    rounds: Option<u32>,
+    /// Override the size of every burst (for a quick look; the report says what ran).
+    #[arg(long)]
+    claims: Option<usize>,
+    /// The report to update (its generated section for this profile).
+    #[arg(long, default_value = "docs/benchmarks.md")]
+    doc: PathBuf,
+    /// Print the tables but leave docs/ alone.
+    #[arg(long)]
+    no_doc: bool,
+    /// Logs and per-run state.
+    #[arg(long, default_value = "target/bench")]
+    work_dir: PathBuf,
+    #[arg(long, default_value = "target/release/csi-provisioner")]
+    ours: PathBuf,
+    #[arg(long, default_value = "target/release/csi-test-driver")]
+    driver: PathBuf,
+    /// Default: $CSI_TESTBED_BIN/csi-provisioner-upstream of the control plane.
+    #[arg(long)]
+    upstream: Option<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match Cli::parse().cmd {
+        Cmd::Floor(args) => floor::run(args).await,
+        Cmd::Run(args) => run(args).await,
+    }
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let repo = std::env::current_dir()?;
+    let mut scenarios: Vec<Scenario> = plan::plan(args.profile)
+        .into_iter()
+        .filter(|s| args.only.is_empty() || args.only.contains(&s.name))
+        .collect();
+    anyhow::ensure!(
+        !scenarios.is_empty(),
+        "no scenario matches --only {:?}",
+        args.only
+    );
+    if let Some(r) = args.rounds {
+        for s in scenarios
+            .iter_mut()
+            .filter(|s| !matches!(s.workload, Workload::Idle { .. }))
+        {
+            s.rounds = r;
+        }
+    }
+    if let Some(n) = args.claims {
+        for s in scenarios.iter_mut() {
+            if let Workload::Burst { claims } = &mut s.workload {
+                *claims = n;
+            }
+        }
+    }
+    let machine = Machine::read(&repo);
+    let cluster_dir = args
+        .cluster_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("/tmp/tb-bench-{}", std::process::id())));
+    eprintln!(
+        "bench: profile {:?}, {} scenarios; control plane in {}",
+        args.profile,
+        scenarios.len(),
+        cluster_dir.display()
+    );
+    let cluster = cluster::Cluster::up(&repo, &cluster_dir, args.reuse_cluster).await?;
+    let bins = Binaries {
+        upstream: args
+            .upstream
+            .clone()
+            .unwrap_or_else(|| cluster.bin_dir.join("csi-provisioner-upstream")),
+        ours: abs(&repo, &args.ours),
+        bench: std::env::current_exe()?,
+        driver: abs(&repo, &args.driver),
+    };
+    let work_dir = abs(&repo, &args.work_dir).join(format!("{:?}", args.profile).to_lowercase());
+    std::fs::create_dir_all(&work_dir)?;
+    let ctx = Ctx {
+        cluster,
+        bins,
+        work_dir: work_dir.clone(),
+        ticks: procfs::clock_ticks(),
+        started,
+    };
+    let outcome = async {
+        ctx.bins.check()?;
+        let mut results: Vec<RunResult> = Vec::new();
+        for sc in &scenarios {
+            if let Workload::Idle { .. } = sc.workload {
+                results.extend(runner::run_idle(&ctx, sc, &rotation(0)).await);
+            } else {
+                for round in 0..sc.rounds {
+                    for who in rotation(round) {
+                        results.push(runner::run_workload(&ctx, sc, who, round + 1).await);
+                        std::fs::write(
+                            work_dir.join("results.json"),
+                            serde_json::to_vec_pretty(&results)?,
+                        )?;
+                    }
+                }
+            }
+        }
+        anyhow::Ok(results)
+    }
+    .await;
+    let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    ctx.cluster.down();
+    let results = outcome?;
+    std::fs::write(
+        work_dir.join("results.json"),
+        serde_json::to_vec_pretty(&results)?,
+    )?;
+
+    let mut verdicts = Vec::new();
+    let mut sections = String::new();
+    for sc in &scenarios {
+        let figs = figures_of(sc, &results);
+        sections.push_str(&report::scenario_section(sc, &figs, &mut verdicts));
+        sections.push('\n');
+        if sc.name == "burst-raised-0ms" {
+            sections.push_str(&report::api_detail_section(sc, &figs));
+            sections.push('\n');
+        }
+    }
+    let profile = format!("{:?}", args.profile).to_lowercase();
+    let summary = report::verdict_table(&verdicts);
+    println!("\n## Ours against the targets\n\n{summary}\n{sections}");
+
+    let elapsed = started.elapsed().as_secs_f64();
+    if !args.no_doc {
+        let doc_path = abs(&repo, &args.doc);
+        let asset_dir = doc_path.with_extension("");
+        std::fs::create_dir_all(&asset_dir)?;
+        let plots = draw_plots(&asset_dir, &profile, &scenarios, &results);
+        std::fs::write(
+            asset_dir.join(format!("{profile}-results.json")),
+            serde_json::to_vec(&results)?,
+        )?;
+        let rel = asset_dir
+            .file_name()
+            .map(|d| d.to_string_lossy().to_string())
+            .unwrap_or_default();
+        let mut body = machine.describe(&profile, elapsed, &load_after);
+        body.push_str(&format!(
+            "\n#### Ours against the targets ({profile})\n\n{summary}\n"
+        ));
+        body.push_str(&sections.replace("### ", "#### "));
+        for (file, caption) in plots {
+            body.push_str(&format!("\n![{caption}]({rel}/{file})\n\n*{caption}*\n"));
+        }
+        body.push_str(&format!(
+            "\nRaw per-round data: [`{rel}/{profile}-results.json`]({rel}/{profile}-results.json).\n"
+        ));
+        let doc = std::fs::read_to_string(&doc_path).unwrap_or_else(|_| "# Benchmarks\n".into());
+        std::fs::write(
+            &doc_path,
+            report::replace_section(&doc, &format!("bench {profile}"), &body),
+        )?;
+        eprintln!(
+            "bench: wrote {} ({} scenarios) in {elapsed:.0} s",
+            doc_path.display(),
+            scenarios.len()
+        );
+    }
+    Ok(())
+}
+
+/// Round r starts with a different contender, so no one always goes first.
+fn rotation(round: u32) -> Vec<Who> {
+    let mut order = Who::ALL.to_vec();
+    let n = order.len();
+    order.rotate_left(round as usize % n);
+    order
+}
+
+fn abs(repo: &Path, p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        repo.join(p)
+    }
+}
+
+fn figures_of(sc: &Scenario, results: &[RunResult]) -> BTreeMap<Who, report::Figures> {
+    let mut out = BTreeMap::new();
+    for who in Who::ALL {
+        let runs: Vec<&RunResult> = results
+            .iter()
+            .filter(|r| r.scenario == sc.name && r.who == Some(who))
+            .collect();
+        if !runs.is_empty() {
+            out.insert(who, report::figures(&runs));
+        }
+    }
+    out
+}
+
+fn series_color(who: Who) -> plotters::style::RGBColor {
+    match who {
+        Who::Upstream => plot::UPSTREAM,
+        Who::Ours => plot::OURS,
+        Who::Floor => plot::FLOOR,
+    }
+}
+
+/// Plots of the first round: PVs over time in the raised-limit burst, and
+/// claim → PV latency over arrival time in the steady run. Returns (file, caption).
+fn draw_plots(
+    dir: &Path,
+    profile: &str,
+    scenarios: &[Scenario],
+    results: &[RunResult],
+) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let first = |name: &str, who: Who| {
+        results
+            .iter()
+            .find(|r| r.scenario == name && r.who == Some(who) && r.round == 1)
+    };
+    if let Some(sc) = scenarios.iter().find(|s| s.name == "burst-raised-0ms") {
+        let series: Vec<plot::Series> = Who::ALL
+            .iter()
+            .filter_map(|&w| {
+                first(&sc.name, w).map(|r| plot::Series {
+                    label: w.label().into(),
+                    color: series_color(w),
+                    points: r.timeline.iter().map(|t| (t.t, t.pvs as f64)).collect(),
+                })
+            })
+            .collect();
+        let file = format!("{profile}-burst-throughput.png");
+        let caption = format!("{} — PVs created over time, round 1", sc.title());
+        match plot::draw(
+            &dir.join(&file),
+            &caption,
+            "seconds since the first claim",
+            "PVs created",
+            &series,
+            false,
+        ) {
+            Ok(()) => out.push((file, caption)),
+            Err(e) => eprintln!("bench: {e:#}"),
+        }
+    }
+    if let Some(sc) = scenarios.iter().find(|s| s.name == "steady-raised-0ms")
+        && let Workload::Steady { rate, .. } = sc.workload
+    {
+        let series: Vec<plot::Series> = Who::ALL
+            .iter()
+            .filter_map(|&w| {
+                first(&sc.name, w).map(|r| plot::Series {
+                    label: w.label().into(),
+                    color: series_color(w),
+                    points: r
+                        .latency_pv
+                        .iter()
+                        .enumerate()
+                        .map(|(i, l)| (i as f64 / rate, *l))
+                        .collect(),
+                })
+            })
+            .collect();
+        let file = format!("{profile}-steady-latency.png");
+        let caption = format!(
+            "{} — claim → PV latency by arrival time, round 1",
+            sc.title()
+        );
+        match plot::draw(
+            &dir.join(&file),
+            &caption,
+            "claim arrival (s)",
+            "claim → PV latency (s)",
+            &series,
+            true,
+        ) {
+            Ok(()) => out.push((file, caption)),
+            Err(e) => eprintln!("bench: {e:#}"),
+        }
+    }
+    if !plot::fonts_available() {
+        eprintln!("bench: no TrueType font found; plots were drawn without text");
+    }
+    out
+}
+
+/// What the numbers were measured on.
+struct Machine {
+    cpu: String,
+    cores: usize,
+    mem_gib: f64,
+    kernel: String,
+    load_before: String,
+    rustc: String,
+    commit: String,
+    go_mod: String,
+}
+
+impl Machine {
+    fn read(repo: &Path) -> Machine {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let cmd = |c: &str, a: &[&str]| {
+            std::process::Command::new(c)
+                .args(a)
+                .current_dir(repo)
+                .output()
+                .ok()
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+                .unwrap_or_default()
+        };
+        let dirty = !cmd("git", &["status", "--porcelain", "--untracked-files=no"]).is_empty();
+        Machine {
+            cpu: cpuinfo
+                .lines()
+                .find_map(|l| {
+                    l.strip_prefix("model name")
+                        .and_then(|r| r.split_once(':'))
+                        .map(|(_, v)| v.trim().to_string())
+                })
+                .unwrap_or_else(|| "unknown".into()),
+            cores: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(0),
+            mem_gib: procfs::status_kib(&meminfo, "MemTotal").unwrap_or(0) as f64 / 1024.0 / 1024.0,
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
+            load_before: std::fs::read_to_string("/proc/loadavg")
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
+            rustc: cmd("rustc", &["--version"]),
+            commit: format!(
+                "{}{}",
+                cmd("git", &["rev-parse", "--short", "HEAD"]),
+                if dirty {
+                    " (with uncommitted changes)"
+                } else {
+                    ""
+                }
+            ),
+            go_mod: std::fs::read_to_string(repo.join("testbed/go.mod")).unwrap_or_default(),
+        }
+    }
+
+    fn version(&self, module: &str) -> String {
+        self.go_mod
+            .lines()
+            .map(str::trim)
+            .find_map(|l| {
+                l.strip_prefix(module)
+                    .and_then(|r| r.strip_prefix(' '))
+                    .map(|v| v.split_whitespace().next().unwrap_or("").to_string())
+            })
+            .unwrap_or_else(|| "?".into())
+    }
+
+    fn describe(&self, profile: &str, elapsed: f64, load_after: &str) -> String {
+        let date = std::process::Command::new("date")
+            .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
+        let target = if profile == "quick" {
+            "make bench-quick"
+        } else {
+            "make bench"
+        };
+        format!(
+            "### Profile `{profile}`: last run {date}\n\n\
+             - Command: `{target}` (`{}`), {:.1} min wall clock.\n\
+             - Machine: {} × {}, {:.1} GiB, Linux {}. Load average before: `{}`; after: `{}` \
+               (other engineers' tests share this machine).\n\
+             - Versions: ours at commit {} built with {} (`cargo build --release`); upstream external-provisioner {}; \
+               kube-apiserver and kube-controller-manager {}; etcd {}.\n",
+            std::env::args().collect::<Vec<_>>().join(" "),
+            elapsed / 60.0,
+            self.cores,
+            self.cpu,
+            self.mem_gib,
+            self.kernel,
+            self.load_before,
+            load_after.trim(),
+            self.commit,
+            self.rustc,
+            self.version("github.com/kubernetes-csi/external-provisioner/v6"),
+            self.version("k8s.io/kubernetes"),
+            self.version("go.etcd.io/etcd/server/v3"),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_contender_goes_first_once_in_three_rounds() {
+        let firsts: Vec<Who> = (0..3).map(|r| rotation(r)[0]).collect();
+        assert_eq!(firsts, vec![Who::Upstream, Who::Ours, Who::Floor]);
+    }
+}
