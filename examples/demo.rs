@@ -236,12 +236,36 @@ impl Demo {
         ));
 
         let namespaces: Api<Namespace> = Api::all(client.clone());
-        namespaces
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": NAMESPACE}}))?,
-            )
-            .await?;
+        let creating = Instant::now();
+        loop {
+            let ns = serde_json::from_value(json!({"metadata": {"name": NAMESPACE}}))?;
+            match namespaces.create(&PostParams::default(), &ns).await {
+                Ok(_) => break,
+                Err(kube::Error::Api(s)) if s.is_already_exists() => {
+                    // A previous demo on this control plane deletes it on the way out.
+                    let terminating = namespaces
+                        .get_opt(NAMESPACE)
+                        .await?
+                        .is_none_or(|n| n.metadata.deletion_timestamp.is_some());
+                    if !terminating {
+                        return Err(format!(
+                            "namespace {NAMESPACE} already exists: the demo wants a control plane \
+                             of its own (`make demo` starts one)"
+                        )
+                        .into());
+                    }
+                    deadline(
+                        creating,
+                        &format!("the old namespace {NAMESPACE} to be deleted"),
+                    )?;
+                    out.waiting(&format!(
+                        "namespace {NAMESPACE} of a previous run is still being deleted"
+                    ));
+                    tokio::time::sleep(POLL).await;
+                }
+                Err(e) => return Err(format!("creating namespace {NAMESPACE}: {e}").into()),
+            }
+        }
         let classes: Api<StorageClass> = Api::all(client.clone());
         classes
             .create(
@@ -659,6 +683,13 @@ impl Demo {
             .into());
         }
         out.say("OK: every claim got exactly one volume and every volume was deleted: 0 leaks");
+
+        // Leave the control plane as we found it (the namespace goes in the background), so
+        // the demo can run on it again.
+        classes.delete(CLASS, &DeleteParams::default()).await?;
+        namespaces
+            .delete(NAMESPACE, &DeleteParams::default())
+            .await?;
         Ok(())
     }
 

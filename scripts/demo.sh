@@ -65,9 +65,15 @@ cleanup() {
   ticker_start "stopping the control plane (kube-apiserver shuts down gracefully)"
   bash testbed/cluster.sh down "$cluster_dir" >/dev/null 2>&1
   ticker_stop
-  local left=()
-  for p in "${cluster_pids[@]}"; do running "$p" && left+=("$p"); done
-  if [ -n "$demo_pid" ] && group_running "$demo_pid"; then left+=("group $demo_pid"); fi
+  # A process SIGKILLed by `down` a moment ago may take a little while to die.
+  local left=() tries
+  for tries in $(seq 1 25); do
+    left=()
+    for p in "${cluster_pids[@]}"; do running "$p" && left+=("$p"); done
+    if [ -n "$demo_pid" ] && group_running "$demo_pid"; then left+=("group $demo_pid"); fi
+    [ "${#left[@]}" = 0 ] && break
+    sleep 0.2
+  done
   if [ "${#left[@]}" -gt 0 ]; then
     printf 'demo: processes still running after clean-up: %s\n' "${left[*]}" >&2
     [ "$rc" = 0 ] && rc=1
@@ -84,8 +90,13 @@ trap 'exit 143' TERM
 say "local control plane in $cluster_dir"
 ticker_start "starting the control plane"
 # The watchdog of cluster.sh stops the control plane if this script dies without its trap.
-env_lines=$(CSI_TESTBED_OWNER_PID=$$ bash testbed/cluster.sh up "$cluster_dir") \
-  || { ticker_stop; die "the control plane did not start (logs above)"; }
+# One retry: another control plane starting at the same moment may take a port
+# between the check and the bind.
+for attempt in 1 2; do
+  if env_lines=$(CSI_TESTBED_OWNER_PID=$$ bash testbed/cluster.sh up "$cluster_dir"); then break; fi
+  if [ "$attempt" = 2 ]; then ticker_stop; die "the control plane did not start (logs above)"; fi
+  say "the control plane did not start; trying once more"
+done
 ticker_stop
 eval "$env_lines"
 

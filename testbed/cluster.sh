@@ -20,7 +20,10 @@ log() { echo "testbed: $*" >&2; }
 free_port() {
   local p
   for _ in $(seq 1 100); do
-    p=$(( 20000 + RANDOM % 40000 ))
+    # Below Linux's ephemeral range (32768-60999 by default): a port that `ss -tln`
+    # shows free may still be the local port of an outgoing connection, and then
+    # the bind fails ("address already in use").
+    p=$(( 20000 + RANDOM % 12000 ))
     if ! ss -Htln "sport = :$p" | grep -q . && ! grep -qx "$p" "$dir/ports" 2>/dev/null; then
       echo "$p" >>"$dir/ports"
       echo "$p"; return 0
@@ -33,13 +36,20 @@ free_port() {
 start() {
   local name=$1; shift
   setsid "$@" >"$dir/$name.log" 2>&1 </dev/null &
-  echo "$!" >"$dir/$name.pid"
+  last_pid=$!
+  echo "$last_pid" >"$dir/$name.pid"
 }
 
 wait_for() { # wait_for WHAT SECONDS CMD...
   local what=$1 secs=$2; shift 2
   local deadline=$(( $(date +%s) + secs ))
   until "$@" >/dev/null 2>&1; do
+    # Fail fast when the process last started has already exited.
+    if [ -n "${last_pid:-}" ] && ! kill -0 "$last_pid" 2>/dev/null; then
+      log "the process started last exited while waiting for $what; last log lines:"
+      tail -n 20 "$dir"/*.log >&2 || true
+      return 1
+    fi
     if [ "$(date +%s)" -ge "$deadline" ]; then
       log "timed out after ${secs}s waiting for $what; last log lines:"
       tail -n 20 "$dir"/*.log >&2 || true
