@@ -73,7 +73,23 @@ enum Work {
     DropIntent,
 }
 
+/// Whether the claim names our driver as its provisioner. The intent
+/// finalizer has one name for every driver, and every provisioner in the
+/// cluster watches every claim: only the sidecar of the claim's driver may
+/// act on it, or one driver's sidecar drops another's intent mid-flight.
+fn asks_us(claim: &PersistentVolumeClaim, driver: &str) -> bool {
+    provision::claim_provisioner(claim) == Some(driver)
+        || claim
+            .annotations()
+            .get(keys::ANN_MIGRATED_TO)
+            .map(String::as_str)
+            == Some(driver)
+}
+
 fn work_for(claim: &PersistentVolumeClaim, driver: &str) -> Work {
+    if !asks_us(claim, driver) {
+        return Work::Nothing;
+    }
     let intent = has_finalizer(claim, keys::FINALIZER_PVC_INTENT);
     if claim.metadata.deletion_timestamp.is_some() {
         return if intent { Work::Abandon } else { Work::Nothing };
@@ -83,16 +99,10 @@ fn work_for(claim: &PersistentVolumeClaim, driver: &str) -> Work {
         .as_ref()
         .and_then(|s| s.volume_name.as_deref())
         .is_some_and(|v| !v.is_empty());
-    let asks_us = provision::claim_provisioner(claim) == Some(driver)
-        || claim
-            .annotations()
-            .get(keys::ANN_MIGRATED_TO)
-            .map(String::as_str)
-            == Some(driver);
-    match (bound, asks_us, intent) {
-        (false, true, _) => Work::Provision,
-        (_, _, true) => Work::DropIntent,
-        _ => Work::Nothing,
+    match (bound, intent) {
+        (false, _) => Work::Provision,
+        (true, true) => Work::DropIntent,
+        (true, false) => Work::Nothing,
     }
 }
 
@@ -558,7 +568,10 @@ async fn abandon(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Action
     else {
         return Ok(Action::await_change());
     };
-    if claim.uid() != cached.uid() || !has_finalizer(&claim, keys::FINALIZER_PVC_INTENT) {
+    if claim.uid() != cached.uid()
+        || !has_finalizer(&claim, keys::FINALIZER_PVC_INTENT)
+        || !asks_us(&claim, &ctx.driver.name)
+    {
         return Ok(Action::await_change());
     }
     let class = class_of(ctx, &claim)?;
@@ -683,6 +696,11 @@ mod tests {
             (claim(&ours, None, &intent, true), "abandon"),
             (claim(&ours, None, &[], true), "nothing"),
             (claim(&ours, Some("pv"), &intent, true), "abandon"),
+            // Another driver's claims are never ours to touch, intent or not.
+            (claim(&other, None, &intent, false), "nothing"),
+            (claim(&other, Some("pv"), &intent, false), "nothing"),
+            (claim(&other, None, &intent, true), "nothing"),
+            (claim(&[], None, &intent, true), "nothing"),
         ];
         for (c, want) in cases {
             let got = match work_for(&c, "d") {
