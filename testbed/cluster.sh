@@ -73,7 +73,9 @@ stop_all() {
     [ -f "$f" ] && pids+=("$(cat "$f")")
   done
   for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null || true; done
-  for _ in $(seq 1 50); do
+  # Test state is thrown away: a short grace period, then SIGKILL (a graceful
+  # kube-apiserver shutdown alone takes ~10 s).
+  for _ in $(seq 1 10); do
     local alive=0
     for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
     [ "$alive" = 0 ] && break

@@ -44,7 +44,10 @@ pub fn needs_cluster_topology(
     has_allowed: bool,
     immediate: bool,
 ) -> bool {
-    !(strict && has_selected) && !has_allowed && (has_selected || immediate)
+    // Strict late binding uses the node alone; allowed topologies replace the
+    // cluster's; otherwise the cluster is needed for a selected node or Immediate.
+    let uses_node_only = strict && has_selected;
+    !(uses_node_only || has_allowed) && (has_selected || immediate)
 }
 
 /// The segments of the selected node for its driver's topology keys.
