@@ -246,19 +246,37 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
     classes.wait_until_ready().await.ok();
     info!("started");
 
-    let lease = async {
-        match elector.as_mut() {
-            Some(el) => el.renew(&stop).await,
-            None => {
-                stop.cancelled().await;
-                Ok(())
-            }
+    // Stop (SIGTERM) lets in-flight reconciles finish, then gives the Lease
+    // up so a standby takes over at once; a lost Lease stops everything now.
+    let workers = futures::future::join(claims, volumes);
+    tokio::pin!(workers);
+    let result = match elector.as_mut() {
+        None => {
+            workers.await;
+            Ok(())
         }
+        Some(el) => tokio::select! {
+            _ = &mut workers => Ok(()),
+            r = el.renew(&stop) => match r {
+                Ok(()) => {
+                    workers.await;
+                    Ok(())
+                }
+                Err(lost) => Err(FatalError::from(lost)),
+            },
+        },
     };
-    let result = tokio::select! {
-        _ = futures::future::join(claims, volumes) => Ok(()),
-        r = lease => r.map_err(FatalError::from),
-    };
+    if let Some(el) = elector.as_mut() {
+        metrics
+            .leader_status
+            .get_or_create(&crate::metrics::LeaseLabels {
+                name: lease_name(&ctx.driver.name),
+            })
+            .set(0);
+        if result.is_ok() {
+            el.release().await;
+        }
+    }
     class_task.abort();
     if let Err(e) = &result {
         error!(error = %e, "stopping");

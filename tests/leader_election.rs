@@ -198,3 +198,33 @@ async fn a_leader_that_loses_the_lease_stops_and_exits() {
     assert_eq!(rig.ledger().await.call_count("CreateVolume"), 0);
     rig.cleanup().await;
 }
+
+#[tokio::test]
+async fn sigterm_releases_the_lease_for_a_standby() {
+    let mut rig = Rig::builder("le-term").without_sidecar().start().await;
+    rig.args.extend(LEASE_FLAGS.iter().map(|s| s.to_string()));
+    rig.args
+        .push(format!("--leader-election-namespace={}", rig.ns.name));
+    rig.start_sidecar();
+    let lease = lease_name(&rig.driver_name);
+    let leases: Api<Lease> = Api::namespaced(rig.client.clone(), &rig.ns.name);
+    wait_for("a leader", DEADLINE, || async {
+        holder(&leases, &lease).await.ok_or("no holder")
+    })
+    .await;
+
+    let sidecar = rig.sidecar.as_mut().expect("sidecar running");
+    sidecar.terminate();
+    let status = sidecar.wait_exit(DEADLINE).await;
+    assert!(
+        status.success(),
+        "a clean stop exits 0: {status:?}\n{}",
+        sidecar.log_contents()
+    );
+    assert_eq!(
+        holder(&leases, &lease).await,
+        None,
+        "the Lease was given up on the way out"
+    );
+    rig.cleanup().await;
+}

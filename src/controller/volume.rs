@@ -102,7 +102,7 @@ pub async fn reconcile(
         Work::Nothing => {}
         Work::AddFinalizer => match add_finalizer(&api, pv.as_ref(), keys::FINALIZER_PV).await {
             Ok(_) => {}
-            Err(e) if is_status(&e, 422) || is_status(&e, 404) || is_status(&e, 403) => {}
+            Err(e) if is_status(&e, 422) || is_status(&e, 404) => {}
             Err(e) => return Err(e.into()),
         },
         Work::RemoveFinalizer => {

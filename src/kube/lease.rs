@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -151,15 +151,15 @@ impl Elector {
     }
 
     /// Keeps renewing. Returns `Err(Lost)` once renewal has failed for
-    /// `renew_deadline` (the caller exits, as upstream does), `Ok` on `stop`
-    /// after releasing the Lease.
+    /// `renew_deadline` (the caller exits, as upstream does), `Ok` when `stop`
+    /// fires; either way the gate is closed first, so nothing irreversible
+    /// starts after this returns.
     pub async fn renew(&mut self, stop: &CancellationToken) -> Result<(), LeaseError> {
         let mut last_ok = Instant::now();
         loop {
             tokio::select! {
                 _ = stop.cancelled() => {
                     self.gate.revoke();
-                    self.release().await;
                     return Ok(());
                 }
                 _ = tokio::time::sleep(self.config.retry_period) => {}
@@ -267,26 +267,32 @@ impl Elector {
         }
     }
 
-    /// Gives the Lease up on shutdown so a standby takes over at once.
-    async fn release(&mut self) {
-        let body = serde_json::json!({"spec": {"holderIdentity": "", "leaseDurationSeconds": 1}});
-        let current = self.api.get(&self.config.name).await.ok();
-        let mine = current
-            .as_ref()
-            .and_then(|l| l.spec.as_ref())
-            .and_then(|s| s.holder_identity.as_deref())
-            == Some(self.config.identity.as_str());
-        if mine
-            && let Err(e) = self
-                .api
-                .patch(
-                    &self.config.name,
-                    &PatchParams::default(),
-                    &Patch::Merge(&body),
-                )
-                .await
+    /// Gives the Lease up on shutdown so a standby takes over at once: an
+    /// update (the verb upstream's Role grants) that empties the holder, only
+    /// if we still hold it (a conflict means someone else does: fine).
+    pub async fn release(&mut self) {
+        self.gate.revoke();
+        let Ok(mut lease) = self.api.get(&self.config.name).await else {
+            return;
+        };
+        let Some(spec) = lease.spec.as_mut() else {
+            return;
+        };
+        if spec.holder_identity.as_deref() != Some(self.config.identity.as_str()) {
+            return;
+        }
+        let now = MicroTime(Timestamp::now());
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.acquire_time = Some(now.clone());
+        spec.renew_time = Some(now);
+        match self
+            .api
+            .replace(&self.config.name, &PostParams::default(), &lease)
+            .await
         {
-            warn!(error = %e, "failed to release the lease");
+            Ok(_) => info!(identity = %self.config.identity, "released the lease"),
+            Err(e) => warn!(error = %e, "failed to release the lease"),
         }
     }
 }
