@@ -228,7 +228,7 @@ async fn provision(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Acti
         {
             Ok(c) => c,
             // Replaced (UID test failed), being deleted, or gone: the next event decides.
-            Err(e) if is_status(&e, 422) || is_status(&e, 404) || is_status(&e, 403) => {
+            Err(e) if is_status(&e, 422) || is_status(&e, 404) => {
                 debug!(claim = %key(cached), error = %e, "claim changed under us");
                 return Ok(Action::requeue(Duration::from_secs(1)));
             }
@@ -239,6 +239,15 @@ async fn provision(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Acti
     {
         // Deleted, bound or re-targeted since the cache saw it.
         return Ok(Action::requeue(Duration::from_millis(200)));
+    }
+    // The selected node is part of the decision too (DESIGN §2.2): a
+    // reschedule (ours, after ResourceExhausted) may have removed it since the
+    // cache saw it, and provisioning now would pick a topology the scheduler
+    // did not choose. The scheduler's next choice is a new claim event.
+    if class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer")
+        && provision::claim_selected_node(&claim).is_none()
+    {
+        return Ok(Action::await_change());
     }
 
     prepared.request.accessibility_requirements =
