@@ -1,0 +1,498 @@
+//! How CSI errors are handled end to end (DESIGN §2.7: one classification,
+//! `csi::classify`): errors after which the volume may exist are retried with
+//! the durable intent kept; `InvalidArgument` is infeasible and retried only
+//! slowly; final errors are retried with per-claim backoff; `ResourceExhausted`
+//! on a selected node of a topology-aware driver goes back to the scheduler.
+//! Whatever fails, no event or log line carries secret data.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use csi_provisioner::keys;
+use csi_test_driver::GrpcCode;
+use csi_test_driver::control::Fault;
+use csi_test_driver::ledger::{Ledger, OperationRecord};
+use k8s_openapi::api::core::v1::{Event, Node, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use support::{DEADLINE, Rig, k8s_keys, unique_name, wait_for};
+
+/// Short CSI timeout and quick retries, so failing paths go round often.
+const FAST: &[&str] = &[
+    "--timeout=2s",
+    "--retry-interval-start=200ms",
+    "--retry-interval-max=2s",
+];
+
+fn holds_intent(claim: &PersistentVolumeClaim) -> bool {
+    claim
+        .metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|f| f == keys::FINALIZER_PVC_INTENT))
+}
+
+fn failing(code: GrpcCode) -> Fault {
+    Fault::Error {
+        code,
+        count: 1_000_000,
+        message: Some("injected for the test".into()),
+    }
+}
+
+fn create_ops(ledger: &Ledger) -> Vec<&OperationRecord> {
+    ledger.operations_of("CreateVolume").collect()
+}
+
+/// Waits until the driver has answered at least `n` `CreateVolume` calls.
+async fn wait_create_calls(rig: &Rig, n: usize) -> Ledger {
+    wait_for(&format!("{n} CreateVolume calls"), DEADLINE, || async {
+        let ledger = rig.ledger().await;
+        let seen = create_ops(&ledger).len();
+        if seen >= n { Ok(ledger) } else { Err(seen) }
+    })
+    .await
+}
+
+fn is_pending(claim: &PersistentVolumeClaim) -> bool {
+    claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .is_none_or(str::is_empty)
+}
+
+/// While the driver keeps failing with `fault` (after which the volume may
+/// exist), the claim is retried, keeps its durable intent, and gets no second
+/// volume; once the driver recovers it is bound and the intent dropped.
+async fn retried_in_background_with_the_intent_until_success(
+    prefix: &str,
+    fault: Fault,
+    what: &str,
+) {
+    let rig = Rig::builder(prefix).sidecar_args(FAST).start().await;
+    rig.control.set_fault("CreateVolume", fault).await.unwrap();
+    let claim = rig.create_claim(rig.claim("data")).await;
+    let pv_name = format!("pvc-{}", claim.metadata.uid.clone().unwrap());
+
+    // Each observation during the failing period: the intent is there.
+    let mut failures = 0;
+    while failures < 4 {
+        let ledger = wait_create_calls(&rig, failures + 1).await;
+        failures = create_ops(&ledger).len();
+        let c = rig.claims().get("data").await.unwrap();
+        assert!(
+            holds_intent(&c),
+            "intent dropped after {failures} failed calls: {:?}",
+            c.metadata.finalizers
+        );
+        assert!(is_pending(&c), "bound while the driver fails");
+        assert!(
+            ledger.volumes.len() <= 1,
+            "one volume at most, whatever the retries: {ledger:#?}"
+        );
+    }
+    let event = rig
+        .wait_claim_event("data", "ProvisioningFailed", what)
+        .await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+
+    rig.control.clear_faults().await.unwrap();
+    let pv = rig.wait_bound("data").await;
+    assert_eq!(pv.metadata.name.as_deref(), Some(pv_name.as_str()));
+    let claims = rig.claims();
+    wait_for("the intent to be dropped", DEADLINE, || async {
+        let c = claims.get("data").await.unwrap();
+        if holds_intent(&c) {
+            Err(c.metadata.finalizers)
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    let ledger = rig.ledger().await;
+    assert_eq!(ledger.volumes.len(), 1, "{ledger:#?}");
+    assert_eq!(
+        create_ops(&ledger).iter().filter(|op| op.created).count(),
+        1,
+        "{ledger:#?}"
+    );
+    assert_eq!(
+        pv.spec.unwrap().csi.unwrap().volume_handle,
+        ledger.volume_by_name(&pv_name).unwrap().volume_id
+    );
+    assert_eq!(ledger.call_count("DeleteVolume"), 0);
+    rig.cleanup().await;
+}
+
+#[tokio::test]
+async fn unavailable_is_retried_with_the_intent_kept_until_success() {
+    retried_in_background_with_the_intent_until_success(
+        "err-unavailable",
+        failing(GrpcCode::Unavailable),
+        "code = Unavailable",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn deadline_exceeded_after_the_volume_was_created_is_retried_with_the_intent_kept_until_success()
+ {
+    retried_in_background_with_the_intent_until_success(
+        "err-deadline",
+        Fault::CreateThenDeadlineExceeded { count: 1_000_000 },
+        "code = DeadlineExceeded",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn invalid_argument_is_reported_as_infeasible_and_not_retried_within_the_slow_window() {
+    let rig = Rig::builder("err-infeasible")
+        .sidecar_args(&[
+            "--timeout=2s",
+            "--retry-interval-start=200ms",
+            "--retry-interval-max=30s",
+        ])
+        .start()
+        .await;
+    rig.control
+        .set_fault("CreateVolume", failing(GrpcCode::InvalidArgument))
+        .await
+        .unwrap();
+    rig.create_claim(rig.claim("data")).await;
+    let event = rig
+        .wait_claim_event(
+            "data",
+            "ProvisioningFailed",
+            "Volume provisioning failed with infeasible error. Retries will be delayed.",
+        )
+        .await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert!(
+        event
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("InvalidArgument"),
+        "{event:?}"
+    );
+
+    // A final error would have been retried several times in this window
+    // (200ms, 400ms, 800ms, ...); an infeasible one waits for --retry-interval-max.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let ledger = rig.ledger().await;
+    assert_eq!(
+        create_ops(&ledger).len(),
+        1,
+        "CreateVolume retried within the slow window: {ledger:#?}"
+    );
+    let c = rig.claims().get("data").await.unwrap();
+    assert!(is_pending(&c));
+    rig.cleanup().await;
+}
+
+#[tokio::test]
+async fn final_error_is_retried_with_growing_backoff_until_the_fault_clears() {
+    let rig = Rig::builder("err-final").sidecar_args(FAST).start().await;
+    rig.control
+        .set_fault("CreateVolume", failing(GrpcCode::Internal))
+        .await
+        .unwrap();
+    rig.create_claim(rig.claim("data")).await;
+    let ledger = wait_create_calls(&rig, 5).await;
+    let at: Vec<u64> = create_ops(&ledger).iter().map(|op| op.at_ms).collect();
+    // Retries 3→4 and 4→5 follow the 3rd and 4th failures: 800ms and 1.6s at
+    // least (the earliest retries may be cut short by the claim's own updates,
+    // such as our finalizer; these cannot).
+    assert!(at[3] - at[2] >= 700, "no backoff: calls at {at:?}");
+    assert!(
+        at[4] - at[3] >= 1400,
+        "backoff does not grow: calls at {at:?}"
+    );
+    assert!(ledger.volumes.is_empty());
+    rig.wait_claim_event("data", "ProvisioningFailed", "code = Internal")
+        .await;
+    assert!(is_pending(&rig.claims().get("data").await.unwrap()));
+
+    rig.control.clear_faults().await.unwrap();
+    rig.wait_bound("data").await;
+    let ledger = rig.ledger().await;
+    assert_eq!(ledger.volumes.len(), 1, "{ledger:#?}");
+    rig.cleanup().await;
+}
+
+// ---------------------------------------------------------------------------
+// ResourceExhausted: reschedule only when the node could be the reason.
+
+const ZONE_KEY: &str = "topology.err.example.com/zone";
+
+/// A Node in `zone` and its CSINode listing the rig's driver with our key.
+async fn node_in_zone(rig: &Rig, zone: &str) -> String {
+    let name = unique_name("err-node");
+    let node = Node {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            labels: Some([(ZONE_KEY.to_string(), zone.to_string())].into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Node>::all(rig.client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("creating a Node");
+    let csinode = CSINode {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..Default::default()
+        },
+        spec: CSINodeSpec {
+            drivers: vec![CSINodeDriver {
+                name: rig.driver_name.clone(),
+                node_id: name.clone(),
+                topology_keys: Some(vec![ZONE_KEY.to_string()]),
+                ..Default::default()
+            }],
+        },
+    };
+    Api::<CSINode>::all(rig.client.clone())
+        .create(&PostParams::default(), &csinode)
+        .await
+        .expect("creating a CSINode");
+    name
+}
+
+async fn remove_node(rig: &Rig, name: &str) {
+    let _ = Api::<CSINode>::all(rig.client.clone())
+        .delete(name, &DeleteParams::default())
+        .await;
+    let _ = Api::<Node>::all(rig.client.clone())
+        .delete(name, &DeleteParams::default())
+        .await;
+}
+
+fn selected_node(claim: &PersistentVolumeClaim) -> Option<String> {
+    claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(k8s_keys::SELECTED_NODE).cloned())
+}
+
+#[tokio::test]
+async fn resource_exhausted_on_the_selected_node_removes_the_selected_node_annotation() {
+    let rig = Rig::builder("err-resched")
+        .driver(|d| d.topology = Some((ZONE_KEY.to_string(), "z1".to_string())))
+        .class(|c| c.binding_mode("WaitForFirstConsumer"))
+        .sidecar_args(FAST)
+        .start()
+        .await;
+    let node = node_in_zone(&rig, "z1").await;
+    rig.control
+        .set_fault(
+            "CreateVolume",
+            Fault::Error {
+                code: GrpcCode::ResourceExhausted,
+                count: 1,
+                message: Some("injected: node full".into()),
+            },
+        )
+        .await
+        .unwrap();
+    rig.create_claim(rig.claim("data").selected_node(&node))
+        .await;
+
+    let claims = rig.claims();
+    wait_for(
+        "the selected-node annotation to be removed",
+        DEADLINE,
+        || async {
+            let c = claims.get("data").await.unwrap();
+            match selected_node(&c) {
+                None => Ok(()),
+                Some(n) => Err(n),
+            }
+        },
+    )
+    .await;
+    // It was the driver's ResourceExhausted (not a missing CSINode) that did it.
+    let ledger = rig.ledger().await;
+    let ops = create_ops(&ledger);
+    assert_eq!(ops.len(), 1, "{ledger:#?}");
+    assert_eq!(ops[0].code, GrpcCode::ResourceExhausted);
+    assert!(ledger.volumes.is_empty());
+    rig.wait_claim_event("data", "ProvisioningFailed", "code = ResourceExhausted")
+        .await;
+    // Without a selected node a WaitForFirstConsumer claim waits for the scheduler.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(create_ops(&rig.ledger().await).len(), 1);
+
+    // The scheduler picks (again): now it is provisioned.
+    let patch = serde_json::json!({"metadata": {"annotations": {k8s_keys::SELECTED_NODE: node}}});
+    rig.claims()
+        .patch(
+            "data",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    rig.wait_bound("data").await;
+    assert_eq!(rig.ledger().await.volumes.len(), 1);
+    remove_node(&rig, &node).await;
+    rig.cleanup().await;
+}
+
+#[tokio::test]
+async fn resource_exhausted_without_topology_keeps_the_selected_node_and_is_retried() {
+    // No VOLUME_ACCESSIBILITY_CONSTRAINTS: another node would not help, so
+    // ResourceExhausted is a final error, retried in place.
+    let rig = Rig::builder("err-exhausted")
+        .class(|c| c.binding_mode("WaitForFirstConsumer"))
+        .sidecar_args(FAST)
+        .start()
+        .await;
+    rig.control
+        .set_fault(
+            "CreateVolume",
+            Fault::Error {
+                code: GrpcCode::ResourceExhausted,
+                count: 2,
+                message: Some("injected: backend full".into()),
+            },
+        )
+        .await
+        .unwrap();
+    rig.create_claim(rig.claim("data").selected_node("node-somewhere"))
+        .await;
+    wait_create_calls(&rig, 2).await;
+    let c = rig.claims().get("data").await.unwrap();
+    assert_eq!(selected_node(&c).as_deref(), Some("node-somewhere"));
+    rig.wait_bound("data").await;
+    let c = rig.claims().get("data").await.unwrap();
+    assert_eq!(
+        selected_node(&c).as_deref(),
+        Some("node-somewhere"),
+        "the annotation was never removed"
+    );
+    let ledger = rig.ledger().await;
+    assert_eq!(create_ops(&ledger).len(), 3, "{ledger:#?}");
+    assert_eq!(ledger.volumes.len(), 1);
+    rig.cleanup().await;
+}
+
+// ---------------------------------------------------------------------------
+// Secrets: failures are reported, secret data never is.
+
+#[tokio::test]
+async fn failed_calls_with_a_provisioner_secret_never_put_it_in_events_or_logs() {
+    let value = format!("s3ntinel-{}", unique_name("err"));
+    let mut rig = Rig::builder("err-secret")
+        .class(|c| {
+            c.param("csi.storage.k8s.io/provisioner-secret-name", "creds")
+                .param(
+                    "csi.storage.k8s.io/provisioner-secret-namespace",
+                    "${pvc.namespace}",
+                )
+        })
+        .sidecar_args(FAST)
+        .without_sidecar()
+        .start()
+        .await;
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some("creds".into()),
+            ..Default::default()
+        },
+        string_data: Some(BTreeMap::from([("password".to_string(), value.clone())])),
+        ..Default::default()
+    };
+    rig.ns
+        .api::<Secret>()
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("creating the provisioner secret");
+    rig.start_sidecar();
+    for method in ["CreateVolume", "DeleteVolume"] {
+        rig.control
+            .set_fault(
+                method,
+                Fault::Error {
+                    code: GrpcCode::Internal,
+                    count: 2,
+                    message: Some("injected: backend error".into()),
+                },
+            )
+            .await
+            .unwrap();
+    }
+
+    rig.create_claim(rig.claim("data")).await;
+    let pv = rig.wait_bound("data").await;
+    let pv_name = pv.metadata.name.clone().unwrap();
+    let ledger = rig.ledger().await;
+    assert_eq!(
+        ledger.volume_by_name(&pv_name).unwrap().secret_keys,
+        ["password"],
+        "the secret reached the driver"
+    );
+    rig.delete_claim("data").await;
+    rig.wait_pv_gone(&pv_name).await;
+    assert!(rig.ledger().await.call_count("DeleteVolume") >= 3);
+
+    // The failures were reported (so there is text to look into)...
+    rig.wait_claim_event("data", "ProvisioningFailed", "code = Internal")
+        .await;
+    let pv_events = rig.events_for("default", &pv_name).await;
+    assert!(
+        pv_events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("VolumeFailedDelete")),
+        "{pv_events:?}"
+    );
+    // ...and none of it, nor the log at -v=5 (which logs every CSI request), holds the value.
+    let base64 = base64(value.as_bytes());
+    for ns in [rig.ns.name.as_str(), "default"] {
+        let events: Api<Event> = Api::namespaced(rig.client.clone(), ns);
+        let text = serde_json::to_string(&events.list(&ListParams::default()).await.unwrap().items)
+            .unwrap();
+        assert!(!text.contains(&value), "secret in events of {ns}: {text}");
+        assert!(!text.contains(&base64), "secret in events of {ns}: {text}");
+    }
+    let log = rig.sidecar_log();
+    assert!(
+        log.contains("DeleteVolume") && log.contains("CreateVolume"),
+        "the CSI requests are logged at -v=5"
+    );
+    for line in log.lines() {
+        assert!(
+            !line.contains(&value) && !line.contains(&base64),
+            "secret in the sidecar's log: {line}"
+        );
+    }
+    rig.cleanup().await;
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
