@@ -1,0 +1,110 @@
+//! chaos: run a random chaos run or a named scenario against the test bed and print the
+//! invariant table. Exit status: 0 without violations, 1 with violations, 2 on error.
+
+use std::process::ExitCode;
+
+use chaos::{ChaosConfig, FaultMix, Scenario, Sidecar, Testbed, parse_duration};
+use clap::Parser;
+
+/// Chaos runs of a CSI provisioner sidecar against the local test bed.
+#[derive(Parser, Debug)]
+struct Args {
+    /// Which sidecar: ours, upstream, or both (one after the other, same seed).
+    #[arg(long, default_value = "ours")]
+    sidecar: String,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Claims to create.
+    #[arg(long, default_value_t = 200)]
+    claims: usize,
+    /// Longest time spent creating claims (Go syntax: 90s, 5m, 1m30s).
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    duration: std::time::Duration,
+    /// Claims created per second.
+    #[arg(long, default_value_t = 3.0)]
+    rate: f64,
+    /// Sidecar replicas contending for the Lease.
+    #[arg(long, default_value_t = 2)]
+    replicas: usize,
+    /// Fault families: any of api,watch,driver,kill; or all, none.
+    #[arg(long, default_value = "all", value_parser = FaultMix::parse)]
+    faults: FaultMix,
+    /// Upper bound of injected driver latency (above the sidecar's 5s --timeout the test
+    /// driver runs requests after their caller gave up; see docs/reliability.md).
+    #[arg(long, default_value = "4s", value_parser = parse_duration)]
+    driver_latency_max: std::time::Duration,
+    /// Longest time to settle once the faults stop.
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    settle: std::time::Duration,
+    /// Skip deleting every claim at the end (and checking that nothing is left).
+    #[arg(long)]
+    no_teardown_check: bool,
+    /// Keep the work directory (sidecar, driver logs, ledger) and print its path.
+    #[arg(long)]
+    keep_logs: bool,
+    /// Run a named scenario instead of a random run: issue-486, issue-1469.
+    #[arg(long)]
+    scenario: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("chaos: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = runtime.block_on(run(args));
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+    match result {
+        Ok(0) => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("chaos: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<usize, String> {
+    let testbed = Testbed::from_env()?;
+    let sidecars: Vec<Sidecar> = match args.sidecar.as_str() {
+        "both" => vec![Sidecar::Ours, Sidecar::Upstream],
+        s => vec![s.parse()?],
+    };
+    let scenario: Option<Scenario> = args.scenario.as_deref().map(str::parse).transpose()?;
+    let mut violations = 0;
+    for sidecar in sidecars {
+        let report = match scenario {
+            Some(s) => {
+                chaos::scenarios::run(&testbed, s, sidecar, args.seed, args.keep_logs).await?
+            }
+            None => {
+                let cfg = ChaosConfig {
+                    sidecar,
+                    seed: args.seed,
+                    claims: args.claims,
+                    duration: args.duration,
+                    rate: args.rate,
+                    replicas: args.replicas,
+                    faults: FaultMix {
+                        driver_latency_max: args.driver_latency_max,
+                        ..args.faults.clone()
+                    },
+                    settle: args.settle,
+                    teardown_check: !args.no_teardown_check,
+                    keep_dir: args.keep_logs,
+                };
+                chaos::run(&testbed, &cfg).await?
+            }
+        };
+        println!("{}", report.render());
+        violations += report.violations();
+    }
+    Ok(violations)
+}

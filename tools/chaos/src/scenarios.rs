@@ -1,0 +1,270 @@
+//! Named scenarios: the upstream failures from the field, replayed step by step against a
+//! sidecar, then judged by the same checker as the random runs.
+//!
+//! - `issue-486` (kubernetes-csi/external-provisioner#486): the sidecar dies while its
+//!   `CreateVolume` is in flight, the claim is deleted meanwhile, the backend finishes the
+//!   call. Nothing durable says a volume may exist: upstream leaks it.
+//! - `issue-1469` (kubernetes-csi/external-provisioner#1469): a second sync of a claim runs
+//!   while the sidecar's cache misses the just-created PV; by the time its `CreateVolume`
+//!   reaches the backend, the claim was deleted and its volume too, so the backend creates a
+//!   new one; saving the PV answers `AlreadyExists` (the old PV is still Terminating), which
+//!   upstream takes for success: the new volume leaks.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use csi_test_driver::control::Fault as DriverFault;
+use kube_fault_proxy::{Fault, Rule};
+use tokio_util::sync::CancellationToken;
+
+use crate::report::Report;
+use crate::run::{Book, Fate, Record, claim_body, create_claim, delete_later, faults_off, settle};
+use crate::world::{Sidecar, StageOptions, Testbed, World};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scenario {
+    Issue486,
+    Issue1469,
+}
+
+impl Scenario {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Issue486 => "issue-486",
+            Scenario::Issue1469 => "issue-1469",
+        }
+    }
+}
+
+impl std::str::FromStr for Scenario {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Scenario, String> {
+        match s {
+            "issue-486" => Ok(Scenario::Issue486),
+            "issue-1469" => Ok(Scenario::Issue1469),
+            other => Err(format!(
+                "unknown scenario {other:?} (issue-486, issue-1469)"
+            )),
+        }
+    }
+}
+
+fn err(what: &str) -> impl Fn(csi_test_driver::control::ClientError) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+pub async fn run(
+    testbed: &Testbed,
+    scenario: Scenario,
+    sidecar: Sidecar,
+    seed: u64,
+    keep_dir: bool,
+) -> Result<Report, String> {
+    let started = Instant::now();
+    let world = World::setup(
+        testbed,
+        &StageOptions {
+            sidecar,
+            replicas: 1,
+            seed,
+            // Long enough that the slow calls of issue-1469 are not cut short.
+            csi_timeout: "30s".into(),
+            extra_args: Vec::new(),
+            keep_dir,
+        },
+    )
+    .await?;
+    let background = CancellationToken::new();
+    let leader = world.track_leader(background.clone());
+    let book = Arc::new(Book::default());
+    let world = Arc::new(tokio::sync::Mutex::new(world));
+    let steps = match scenario {
+        Scenario::Issue486 => issue_486(&world, &book).await,
+        Scenario::Issue1469 => issue_1469(&world, &book).await,
+    };
+    faults_off(&world).await;
+    let (invariants, snap) = settle(&world, &book, Duration::from_secs(60)).await;
+    background.cancel();
+    let w = Arc::try_unwrap(world)
+        .map_err(|_| "world still shared".to_string())?
+        .into_inner();
+    let mut report = Report::new(scenario.name(), seed);
+    report.sidecar = sidecar;
+    report.replicas = 1;
+    report.actions = steps?;
+    report.fill_from(&w, &leader, &snap);
+    report.workload = vec![
+        ("claims created", book.created().len() as u64),
+        (
+            "claims deleted",
+            book.created().iter().filter(|c| c.deleted).count() as u64,
+        ),
+    ];
+    report.timing = vec![("total", started.elapsed())];
+    report.invariants = invariants;
+    report.dir = keep_dir.then(|| w.dir.clone());
+    w.teardown().await;
+    Ok(report)
+}
+
+async fn create(
+    world: &Arc<tokio::sync::Mutex<World>>,
+    book: &Arc<Book>,
+    name: &str,
+) -> Result<String, String> {
+    let (api, class) = {
+        let w = world.lock().await;
+        (w.claims(), w.class_immediate.clone())
+    };
+    let uid = create_claim(&api, &claim_body(name, &class, None)).await?;
+    book.add(Record {
+        name: name.into(),
+        uid: uid.clone(),
+        fate: Fate::Keep,
+        delete_scheduled: false,
+        deleted: false,
+    });
+    Ok(uid)
+}
+
+async fn delete_now(world: &Arc<tokio::sync::Mutex<World>>, book: &Arc<Book>, name: &str) {
+    let api = world.lock().await.claims();
+    if book.schedule(name) {
+        delete_later(api, book.clone(), name.into(), Duration::ZERO);
+    }
+    while book.pending() > 0 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn poll<T, F, Fut>(what: &str, within: Duration, mut f: F) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let until = Instant::now() + within;
+    loop {
+        if let Some(v) = f().await {
+            return Ok(v);
+        }
+        if Instant::now() >= until {
+            return Err(format!("timed out waiting for {what}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn issue_486(
+    world: &Arc<tokio::sync::Mutex<World>>,
+    book: &Arc<Book>,
+) -> Result<BTreeMap<&'static str, u64>, String> {
+    let control = world
+        .lock()
+        .await
+        .driver
+        .control()
+        .await
+        .map_err(|e| e.to_string())?;
+    control
+        .set_fault("CreateVolume", DriverFault::Hang)
+        .await
+        .map_err(err("arming the hang"))?;
+    let uid = create(world, book, "c-486").await?;
+    control
+        .wait_for_hung("CreateVolume", 1, Duration::from_secs(90))
+        .await
+        .map_err(err("waiting for CreateVolume to be in flight"))?;
+    world.lock().await.replicas[0].kill_and_hold();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    delete_now(world, book, "c-486").await;
+    // Upstream's claim is gone at once; ours stays Terminating on the intent finalizer.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    control
+        .release("CreateVolume")
+        .await
+        .map_err(err("releasing CreateVolume"))?;
+    control
+        .clear_faults()
+        .await
+        .map_err(err("clearing faults"))?;
+    let pv_name = format!("pvc-{uid}");
+    poll(
+        "the backend to finish the orphaned CreateVolume",
+        Duration::from_secs(30),
+        || {
+            let control = &control;
+            let pv_name = pv_name.clone();
+            async move {
+                let ledger = control.ledger().await.ok()?;
+                ledger
+                    .operations_of("CreateVolume")
+                    .any(|op| op.created && op.name.as_deref() == Some(pv_name.as_str()))
+                    .then_some(())
+            }
+        },
+    )
+    .await?;
+    world.lock().await.replicas[0].resume();
+    Ok(BTreeMap::from([
+        ("driver: CreateVolume held in flight", 1),
+        ("sidecar: SIGKILL while CreateVolume in flight", 1),
+        ("claim deleted while the sidecar was down", 1),
+        ("backend finished the orphaned CreateVolume", 1),
+        ("sidecar restarted", 1),
+    ]))
+}
+
+async fn issue_1469(
+    world: &Arc<tokio::sync::Mutex<World>>,
+    book: &Arc<Book>,
+) -> Result<BTreeMap<&'static str, u64>, String> {
+    let control = {
+        let w = world.lock().await;
+        // A second sync of the claim right after the first (a duplicated event)...
+        w.proxy.add_rule(
+            Rule::new(Fault::DuplicateEvents)
+                .verbs(&["watch"])
+                .resources(&["persistentvolumeclaims"]),
+        );
+        // ...while the cache misses the PV the first sync just created...
+        w.proxy.add_rule(
+            Rule::new(Fault::HideNew { ms: 2500 })
+                .verbs(&["watch"])
+                .resources(&["persistentvolumes"]),
+        );
+        // ...with a backend slow enough that the claim's deletion overtakes that sync,
+        // and an API server slow to drop the deleted PV's last finalizer.
+        w.proxy.add_rule(
+            Rule::new(Fault::Delay { ms: 8000 })
+                .verbs(&["patch", "update"])
+                .resources(&["persistentvolumes"]),
+        );
+        w.driver.control().await.map_err(|e| e.to_string())?
+    };
+    control
+        .set_fault("CreateVolume", DriverFault::Latency { ms: 6000 })
+        .await
+        .map_err(err("arming the latency"))?;
+    create(world, book, "c-1469").await?;
+    let api = world.lock().await.claims();
+    poll("the claim to be Bound", Duration::from_secs(90), || {
+        let api = api.clone();
+        async move {
+            let c = api.get("c-1469").await.ok()?;
+            (c.status.and_then(|s| s.phase).as_deref() == Some("Bound")).then_some(())
+        }
+    })
+    .await?;
+    delete_now(world, book, "c-1469").await;
+    // Let the late sync play out: its CreateVolume lands ~6 s after the first one returned,
+    // the deleted PV's finalizer is released ~8 s after the volume path deleted it.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    Ok(BTreeMap::from([
+        ("watch: PVC events duplicated (second sync)", 1),
+        ("watch: new PV hidden 2.5 s", 1),
+        ("api: PV patch/update slowed 8 s", 1),
+        ("driver: CreateVolume slowed 6 s", 1),
+        ("claim deleted as soon as Bound", 1),
+    ]))
+}

@@ -1,0 +1,432 @@
+//! The stage of a chaos run on the test bed's control plane: a namespace, a node to select,
+//! two StorageClasses (Immediate and WaitForFirstConsumer) of a driver with a unique name,
+//! the fault-injecting test driver, the fault-injecting API proxy, and the sidecar
+//! replicas (ours or upstream's) talking to the API server only through the proxy.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client};
+use kube_fault_proxy::Proxy;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::procs::{Driver, Replica, SidecarCommand};
+
+/// Which sidecar the run exercises.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sidecar {
+    /// Our `csi-provisioner` (from this workspace's target directory).
+    Ours,
+    /// Upstream external-provisioner v6 from the test bed (`csi-provisioner-upstream`).
+    Upstream,
+}
+
+impl Sidecar {
+    pub fn label(self) -> &'static str {
+        match self {
+            Sidecar::Ours => "ours",
+            Sidecar::Upstream => "upstream",
+        }
+    }
+}
+
+impl std::str::FromStr for Sidecar {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Sidecar, String> {
+        match s {
+            "ours" => Ok(Sidecar::Ours),
+            "upstream" => Ok(Sidecar::Upstream),
+            other => Err(format!("unknown sidecar {other:?} (ours, upstream)")),
+        }
+    }
+}
+
+/// Where the test bed is (from `testbed/cluster.sh up`'s variables).
+#[derive(Clone, Debug)]
+pub struct Testbed {
+    pub kubeconfig: PathBuf,
+    pub bin_dir: PathBuf,
+}
+
+impl Testbed {
+    pub fn from_env() -> Result<Testbed, String> {
+        let var = |name: &str| match std::env::var_os(name) {
+            Some(v) if !v.is_empty() => Ok(PathBuf::from(v)),
+            _ => Err(format!(
+                "{name} is not set: run through `make test`/`make chaos`, or start the control \
+                 plane with `eval \"$(bash testbed/cluster.sh up /tmp/tb-dev)\"`"
+            )),
+        };
+        Ok(Testbed {
+            kubeconfig: var("CSI_TESTBED_KUBECONFIG")?,
+            bin_dir: var("CSI_TESTBED_BIN")?,
+        })
+    }
+}
+
+/// A binary of this workspace, next to the running executable (`target/<profile>`), or
+/// from `$<NAME>_BIN` (upper case, `-` → `_`).
+pub fn workspace_bin(name: &str) -> Result<PathBuf, String> {
+    let var = format!("{}_BIN", name.to_uppercase().replace('-', "_"));
+    if let Some(p) = std::env::var_os(&var) {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut dir = exe.parent().ok_or("no executable directory")?;
+    if dir.ends_with("deps") {
+        dir = dir.parent().ok_or("no target directory")?;
+    }
+    let path = dir.join(name);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "{} not found: run `cargo build --workspace --bins` first (or set {var})",
+            path.display()
+        ))
+    }
+}
+
+/// Knobs of the stage.
+#[derive(Clone, Debug)]
+pub struct StageOptions {
+    pub sidecar: Sidecar,
+    pub replicas: usize,
+    pub seed: u64,
+    /// Sidecar `--timeout` (per CSI call).
+    pub csi_timeout: String,
+    /// Extra flags for every replica.
+    pub extra_args: Vec<String>,
+    /// Keep the work directory (logs, ledger) after the run.
+    pub keep_dir: bool,
+}
+
+pub struct World {
+    pub client: Client,
+    pub ns: String,
+    pub driver_name: String,
+    pub class_immediate: String,
+    pub class_wffc: String,
+    pub node: String,
+    pub driver: Driver,
+    pub proxy: Proxy,
+    pub replicas: Vec<Replica>,
+    pub stop: CancellationToken,
+    pub dir: PathBuf,
+    pub sidecar: Sidecar,
+    tmp: Option<tempfile::TempDir>,
+}
+
+/// Upstream's (and our) Lease name for a driver.
+pub fn lease_name(driver: &str) -> String {
+    let mut s: String = driver
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if s.ends_with('-') {
+        s.push('X');
+    }
+    s
+}
+
+pub async fn admin_client(kubeconfig: &Path) -> Result<(Client, kube::Config), String> {
+    let kc = Kubeconfig::read_from(kubeconfig).map_err(|e| e.to_string())?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let client = Client::try_from(config.clone()).map_err(|e| e.to_string())?;
+    Ok((client, config))
+}
+
+impl World {
+    pub async fn setup(testbed: &Testbed, opts: &StageOptions) -> Result<World, String> {
+        let (client, config) = admin_client(&testbed.kubeconfig).await?;
+        let base = format!("chaos-{}-{:04x}", opts.seed, rand::random::<u16>());
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!("{base}-"))
+            .tempdir()
+            .map_err(|e| e.to_string())?;
+        let dir = tmp.path().to_path_buf();
+        let ns = base.clone();
+        let driver_name = format!("{base}.csi.test");
+        let node = format!("{base}-node");
+        let class_immediate = format!("{base}-immediate");
+        let class_wffc = format!("{base}-wffc");
+
+        let err = |what: &str, e: kube::Error| format!("{what}: {e}");
+        Api::<Namespace>::all(client.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace"),
+            )
+            .await
+            .map_err(|e| err("creating the namespace", e))?;
+        Api::<Node>::all(client.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": node}})).expect("node"),
+            )
+            .await
+            .map_err(|e| err("creating the node", e))?;
+        let classes = Api::<StorageClass>::all(client.clone());
+        for (name, mode) in [
+            (&class_immediate, "Immediate"),
+            (&class_wffc, "WaitForFirstConsumer"),
+        ] {
+            let sc: StorageClass = serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "provisioner": driver_name,
+                "reclaimPolicy": "Delete",
+                "volumeBindingMode": mode,
+                "parameters": {"type": "chaos"},
+            }))
+            .expect("storage class");
+            classes
+                .create(&PostParams::default(), &sc)
+                .await
+                .map_err(|e| err("creating a StorageClass", e))?;
+        }
+
+        let driver_dir = dir.join("driver");
+        std::fs::create_dir_all(&driver_dir).map_err(|e| e.to_string())?;
+        let driver = Driver::start(
+            &workspace_bin("csi-test-driver")?,
+            &driver_dir,
+            &driver_name,
+            opts.seed,
+        )
+        .await
+        .map_err(|e| format!("starting the test driver: {e}"))?;
+
+        let listen: SocketAddr = "127.0.0.1:0".parse().expect("loopback");
+        let proxy = Proxy::start(listen, config, opts.seed)
+            .await
+            .map_err(|e| format!("starting the API proxy: {e}"))?;
+        let kubeconfig = dir.join("proxy.kubeconfig");
+        proxy
+            .write_kubeconfig(&kubeconfig, &ns)
+            .map_err(|e| e.to_string())?;
+
+        let stop = CancellationToken::new();
+        let mut world = World {
+            client,
+            ns,
+            driver_name,
+            class_immediate,
+            class_wffc,
+            node,
+            driver,
+            proxy,
+            replicas: Vec::new(),
+            stop,
+            dir,
+            sidecar: opts.sidecar,
+            tmp: Some(tmp),
+        };
+        if opts.keep_dir
+            && let Some(t) = world.tmp.take()
+        {
+            let _ = t.keep();
+        }
+        for i in 0..opts.replicas {
+            let command = world.sidecar_command(testbed, opts, i, &kubeconfig)?;
+            world
+                .replicas
+                .push(Replica::start(command, world.stop.clone()));
+        }
+        Ok(world)
+    }
+
+    fn sidecar_command(
+        &self,
+        testbed: &Testbed,
+        opts: &StageOptions,
+        index: usize,
+        kubeconfig: &Path,
+    ) -> Result<SidecarCommand, String> {
+        let mut args = vec![
+            format!("--csi-address=unix://{}", self.driver.endpoint.display()),
+            format!("--kubeconfig={}", kubeconfig.display()),
+            "--leader-election".into(),
+            format!("--leader-election-namespace={}", self.ns),
+            "--leader-election-lease-duration=6s".into(),
+            "--leader-election-renew-deadline=4s".into(),
+            "--leader-election-retry-period=1s".into(),
+            format!("--timeout={}", opts.csi_timeout),
+            "--retry-interval-start=500ms".into(),
+            "--retry-interval-max=5s".into(),
+            "--worker-threads=10".into(),
+            "--kube-api-qps=100".into(),
+            "--kube-api-burst=200".into(),
+            format!(
+                "-v={}",
+                std::env::var("CHAOS_SIDECAR_V").unwrap_or_else(|_| "4".into())
+            ),
+        ];
+        args.extend(opts.extra_args.iter().cloned());
+        let log = self.dir.join(format!("sidecar-{index}.log"));
+        let mut env = Vec::new();
+        // Neither sidecar may see the runner's kubeconfig through the environment.
+        env.push(("KUBECONFIG".to_string(), kubeconfig.display().to_string()));
+        Ok(match opts.sidecar {
+            Sidecar::Ours => SidecarCommand {
+                program: workspace_bin("csi-provisioner")?,
+                args,
+                env,
+                log,
+            },
+            Sidecar::Upstream => {
+                let program = testbed.bin_dir.join("csi-provisioner-upstream");
+                if !program.is_file() {
+                    return Err(format!("{} not found (make testbed)", program.display()));
+                }
+                // Upstream's Lease identity is the host name: replicas on one host would all
+                // believe they lead. Each gets a host name of its own, as pods do.
+                let host = format!("{}-{index}", self.ns);
+                let mut wrapped = vec![
+                    "--uts".to_string(),
+                    "sh".into(),
+                    "-c".into(),
+                    "hostname \"$0\" && exec \"$@\"".into(),
+                    host,
+                    program.display().to_string(),
+                ];
+                wrapped.extend(args);
+                SidecarCommand {
+                    program: PathBuf::from("unshare"),
+                    args: wrapped,
+                    env,
+                    log,
+                }
+            }
+        })
+    }
+
+    pub fn claims(&self) -> Api<PersistentVolumeClaim> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    pub fn leases(&self) -> Api<Lease> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// PVs of this run's driver.
+    pub async fn volumes(&self) -> Result<Vec<PersistentVolume>, kube::Error> {
+        let all = Api::<PersistentVolume>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await?;
+        Ok(all
+            .items
+            .into_iter()
+            .filter(|pv| {
+                pv.spec
+                    .as_ref()
+                    .and_then(|s| s.csi.as_ref())
+                    .is_some_and(|c| c.driver == self.driver_name)
+            })
+            .collect())
+    }
+
+    /// Counts changes of the Lease holder until cancelled.
+    pub fn track_leader(&self, stop: CancellationToken) -> Arc<LeaderTrack> {
+        let track = Arc::new(LeaderTrack::default());
+        let leases = self.leases();
+        let name = lease_name(&self.driver_name);
+        let t = track.clone();
+        tokio::spawn(async move {
+            let mut last: Option<String> = None;
+            loop {
+                if let Ok(Some(lease)) = leases.get_opt(&name).await {
+                    let holder = lease.spec.and_then(|s| s.holder_identity);
+                    if holder.is_some() && holder != last {
+                        if last.is_some() {
+                            t.changes.fetch_add(1, Ordering::Relaxed);
+                        }
+                        t.holders
+                            .lock()
+                            .expect("poisoned")
+                            .insert(holder.clone().unwrap_or_default(), ());
+                        last = holder;
+                    }
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+                    _ = stop.cancelled() => return,
+                }
+            }
+        });
+        track
+    }
+
+    /// Stops the sidecars and the driver and removes everything the run created from the
+    /// cluster (finalizers included, so nothing is left Terminating on a shared test bed).
+    pub async fn teardown(mut self) {
+        self.stop.cancel();
+        for r in self.replicas.drain(..) {
+            r.join().await;
+        }
+        self.driver.stop().await;
+        let claims = self.claims();
+        if let Ok(list) = claims.list(&ListParams::default()).await {
+            for c in list.items {
+                if let Some(name) = c.metadata.name {
+                    let _ = claims
+                        .patch(
+                            &name,
+                            &PatchParams::default(),
+                            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+                        )
+                        .await;
+                }
+            }
+        }
+        let pvs = Api::<PersistentVolume>::all(self.client.clone());
+        if let Ok(list) = self.volumes().await {
+            for pv in list {
+                if let Some(name) = pv.metadata.name {
+                    let _ = pvs.delete(&name, &DeleteParams::default()).await;
+                    let _ = pvs
+                        .patch(
+                            &name,
+                            &PatchParams::default(),
+                            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+                        )
+                        .await;
+                }
+            }
+        }
+        let _ = Api::<Namespace>::all(self.client.clone())
+            .delete(&self.ns, &DeleteParams::default())
+            .await;
+        let classes = Api::<StorageClass>::all(self.client.clone());
+        for c in [&self.class_immediate, &self.class_wffc] {
+            let _ = classes.delete(c, &DeleteParams::default()).await;
+        }
+        let _ = Api::<Node>::all(self.client.clone())
+            .delete(&self.node, &DeleteParams::default())
+            .await;
+    }
+}
+
+/// What the leader tracker saw.
+#[derive(Default)]
+pub struct LeaderTrack {
+    pub changes: AtomicU64,
+    pub holders: std::sync::Mutex<BTreeMap<String, ()>>,
+}

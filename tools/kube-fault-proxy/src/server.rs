@@ -1,0 +1,379 @@
+//! The HTTP side: accept plain HTTP/1.1 on loopback, apply the request faults, forward
+//! everything else to kube-apiserver over TLS with the configured identity, and stream
+//! the answer back (watch responses through the event filter).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use http::header::{self, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::{broadcast, watch};
+use tracing::{debug, warn};
+
+use crate::ProxyBody;
+use crate::rules::{RequestInfo, Rule, RuleSet, Stats};
+
+/// State shared by every connection and the control socket.
+pub struct Shared {
+    rules: Mutex<RuleSet>,
+    /// Resources whose open watch streams must be cut now (empty: all).
+    pub(crate) cuts: broadcast::Sender<Vec<String>>,
+}
+
+impl Shared {
+    pub(crate) fn rules(&self) -> MutexGuard<'_, RuleSet> {
+        self.rules.lock().expect("rule set poisoned")
+    }
+}
+
+/// A running proxy. Dropping it stops accepting and closes every connection.
+pub struct Proxy {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: watch::Sender<bool>,
+}
+
+impl Proxy {
+    /// Listens on `listen` (use port 0 for a free one) and forwards to the API server of
+    /// `config` (its CA, its credentials). Faults are drawn from an RNG seeded with `seed`.
+    pub async fn start(
+        listen: SocketAddr,
+        mut config: kube::Config,
+        seed: u64,
+    ) -> std::io::Result<Proxy> {
+        // Watches stay open for minutes; only the API server ends them.
+        config.read_timeout = None;
+        let client = kube::Client::try_from(config).map_err(std::io::Error::other)?;
+        let listener = TcpListener::bind(listen).await?;
+        let addr = listener.local_addr()?;
+        let (cuts, _) = broadcast::channel(16);
+        let shared = Arc::new(Shared {
+            rules: Mutex::new(RuleSet::new(seed)),
+            cuts,
+        });
+        let (shutdown, stopped) = watch::channel(false);
+        tokio::spawn(accept(listener, client, shared.clone(), stopped));
+        Ok(Proxy {
+            addr,
+            shared,
+            shutdown,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:<port>`: the `server` for the proxied client's kubeconfig.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn add_rule(&self, rule: Rule) -> u64 {
+        self.shared.rules().add(rule)
+    }
+
+    pub fn remove_rule(&self, id: u64) -> bool {
+        self.shared.rules().remove(id)
+    }
+
+    /// Removes every rule; held watch events are released on schedule.
+    pub fn clear(&self) {
+        self.shared.rules().clear()
+    }
+
+    pub fn rules(&self) -> Vec<(u64, Rule)> {
+        self.shared.rules().rules()
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.shared.rules().stats()
+    }
+
+    /// Cuts every open watch stream of these resources (all when empty), now.
+    pub fn cut_watches(&self, resources: &[&str]) {
+        let _ = self
+            .shared
+            .cuts
+            .send(resources.iter().map(|s| s.to_string()).collect());
+    }
+
+    /// Serves the JSON-lines control protocol on a unix socket (see `control`).
+    pub fn serve_control(&self, path: &Path) -> std::io::Result<()> {
+        crate::control::serve(path, self.shared.clone(), self.shutdown.subscribe())
+    }
+
+    /// Writes a kubeconfig whose cluster is this proxy (no credentials: the proxy uses its
+    /// own), with `namespace` as the context's namespace.
+    pub fn write_kubeconfig(&self, path: &Path, namespace: &str) -> std::io::Result<()> {
+        std::fs::write(path, kubeconfig_for(&self.url(), namespace))
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+    }
+}
+
+/// A kubeconfig pointing at `server` without credentials.
+pub fn kubeconfig_for(server: &str, namespace: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: fault-proxy\n  cluster:\n    server: {server}\n\
+         users:\n- name: fault-proxy\n  user: {{}}\ncontexts:\n- name: fault-proxy\n  context:\n    \
+         cluster: fault-proxy\n    user: fault-proxy\n    namespace: {namespace}\n\
+         current-context: fault-proxy\n"
+    )
+}
+
+async fn accept(
+    listener: TcpListener,
+    client: kube::Client,
+    shared: Arc<Shared>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    loop {
+        let (stream, _) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    continue;
+                }
+            },
+            _ = stopped.changed() => return,
+        };
+        let _ = stream.set_nodelay(true);
+        let client = client.clone();
+        let shared = shared.clone();
+        let mut stop = stopped.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| handle(shared.clone(), client.clone(), req));
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                r = conn => if let Err(e) = r { debug!(error = %e, "connection ended"); },
+                _ = stop.changed() => {}
+            }
+        });
+    }
+}
+
+/// Request headers that belong to one hop, or that the proxy sets itself.
+fn skip_request_header(name: &HeaderName) -> bool {
+    [
+        header::HOST,
+        header::CONNECTION,
+        header::TRANSFER_ENCODING,
+        header::TE,
+        header::TRAILER,
+        header::UPGRADE,
+        header::PROXY_AUTHORIZATION,
+        header::AUTHORIZATION,
+        header::CONTENT_LENGTH,
+        // Plain bodies only: the watch filter reads them.
+        header::ACCEPT_ENCODING,
+    ]
+    .contains(name)
+        || name.as_str() == "keep-alive"
+}
+
+async fn handle(
+    shared: Arc<Shared>,
+    client: kube::Client,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    let (parts, body) = req.into_parts();
+    let info = RequestInfo::parse(&parts.method, parts.uri.path(), parts.uri.query());
+    let plan = shared.rules().plan_request(&info);
+    if let Some(delay) = plan.delay {
+        tokio::time::sleep(delay).await;
+    }
+    if let Some(code) = plan.status {
+        debug!(verb = %info.verb, resource = %info.full_resource(), code, "injected status");
+        if code == 410 && info.verb == "watch" {
+            return Ok(watch_expired_response());
+        }
+        return Ok(status_response(code, &info, &parts.method));
+    }
+    let body = match body.collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            return Ok(plain_status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                &format!("reading the request body: {e}"),
+            ));
+        }
+    };
+    let path = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "/".into());
+    let mut builder = Request::builder().method(parts.method.clone()).uri(path);
+    for (name, value) in parts.headers.iter() {
+        if !skip_request_header(name) {
+            builder = builder.header(name, value);
+        }
+    }
+    let watch = info.verb == "watch";
+    if let Some(headers) = builder.headers_mut() {
+        if watch {
+            // The filter reads JSON events; clients decode whatever the response says it is.
+            headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+        }
+    }
+    let upstream = match builder.body(kube::client::Body::from(body)) {
+        Ok(r) => r,
+        Err(e) => {
+            return Ok(plain_status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                &e.to_string(),
+            ));
+        }
+    };
+    shared.rules().record_forwarded(watch);
+    let response = match client.send(upstream).await {
+        Ok(r) => r,
+        Err(e) => {
+            warn!(error = %e, verb = %info.verb, resource = %info.full_resource(), "upstream request failed");
+            return Ok(plain_status(
+                StatusCode::BAD_GATEWAY,
+                "InternalError",
+                &format!("kube-fault-proxy: upstream request failed: {e}"),
+            ));
+        }
+    };
+    if let Some(code) = plan.lost_response {
+        let _ = response.into_body().collect().await;
+        debug!(verb = %info.verb, resource = %info.full_resource(), code, "injected lost response");
+        return Ok(status_response(code, &info, &parts.method));
+    }
+    let (mut rparts, rbody) = response.into_parts();
+    let json = rparts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    let body: ProxyBody = if watch && rparts.status == StatusCode::OK && json {
+        rparts.headers.remove(header::CONTENT_LENGTH);
+        crate::watch::filter(shared, info, rbody)
+    } else {
+        rbody
+            .map_err(|e| Box::new(e) as crate::BoxError)
+            .boxed_unsync()
+    };
+    for h in [header::CONNECTION, header::TRANSFER_ENCODING] {
+        rparts.headers.remove(h);
+    }
+    Ok(Response::from_parts(rparts, body))
+}
+
+/// What kube-apiserver answers a watch from a compacted resourceVersion: `200 OK` and a
+/// stream holding one `ERROR` event with a 410 `Status` (clients then relist).
+fn watch_expired_response() -> Response<ProxyBody> {
+    let event = serde_json::json!({
+        "type": "ERROR",
+        "object": {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": "too old resource version (injected by kube-fault-proxy)",
+            "reason": "Expired",
+            "code": 410,
+        }
+    });
+    let mut line = serde_json::to_vec(&event).unwrap_or_default();
+    line.push(b'\n');
+    let mut response = Response::new(
+        Full::new(Bytes::from(line))
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// A Kubernetes `Status` answer for an injected fault, with the reason clients test for
+/// (`AlreadyExists` for a create, `Conflict` for other writes, `Expired` for a stale watch).
+fn status_response(code: u16, info: &RequestInfo, method: &Method) -> Response<ProxyBody> {
+    let what = match &info.name {
+        Some(n) => format!("{} \"{n}\"", info.full_resource()),
+        None => info.full_resource(),
+    };
+    let (reason, message) = match code {
+        409 if *method == Method::POST => ("AlreadyExists", format!("{what} already exists")),
+        409 => (
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {what}: the object has been modified; please \
+                 apply your changes to the latest version and try again"
+            ),
+        ),
+        410 => ("Expired", "too old resource version".to_string()),
+        429 => (
+            "TooManyRequests",
+            "too many requests, please try again later".to_string(),
+        ),
+        500 => ("InternalError", "Internal error occurred".to_string()),
+        503 => (
+            "ServiceUnavailable",
+            "the server is currently unable to handle the request".to_string(),
+        ),
+        504 => (
+            "Timeout",
+            "the server was unable to return a response in the time allotted".to_string(),
+        ),
+        _ => ("", format!("HTTP {code}")),
+    };
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = plain_status(
+        status,
+        reason,
+        &format!("{message} (injected by kube-fault-proxy)"),
+    );
+    if code == 429 {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    response
+}
+
+fn plain_status(status: StatusCode, reason: &str, message: &str) -> Response<ProxyBody> {
+    let body = serde_json::json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": status.as_u16(),
+    });
+    let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
+    let mut response = Response::new(
+        Full::new(bytes)
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
