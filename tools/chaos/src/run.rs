@@ -327,15 +327,18 @@ pub(crate) async fn snapshot(world: &World, book: &Book) -> Result<Snapshot, Str
     })
 }
 
-/// Checks repeatedly until the system is quiet and clean (twice in a row, no CSI activity
-/// in between) or `within` has passed; returns the last verdict and snapshot.
+/// Checks repeatedly until the system has settled, or `within` has passed; returns the last
+/// verdict and snapshot. Settled: clean twice in a row with no CSI call in between, or, with
+/// violations, nothing changed (verdict, backend, API) for 20 s: four times the sidecars'
+/// longest retry interval, so a claim still backing off is not judged early.
 pub(crate) async fn settle(
     world: &Arc<tokio::sync::Mutex<World>>,
     book: &Book,
     within: Duration,
 ) -> (Vec<InvariantResult>, Snapshot) {
+    const UNCHANGED: Duration = Duration::from_secs(20);
     let until = Instant::now() + within;
-    let mut last_ops = None;
+    let mut last: Option<(String, Instant)> = None;
     let mut clean = 0;
     loop {
         let snap = {
@@ -345,14 +348,28 @@ pub(crate) async fn settle(
         };
         if let Ok(snap) = snap {
             let results = check::check(&snap);
-            let ops = snap.ledger.operations.len();
-            if check::total(&results) == 0 && book.pending() == 0 && last_ops == Some(ops) {
-                clean += 1;
+            let fingerprint = format!(
+                "{:?}|{}|{}|{}|{}",
+                results,
+                snap.ledger.operations.len(),
+                snap.claims.len(),
+                snap.volumes.len(),
+                book.pending()
+            );
+            let since = match &last {
+                Some((f, since)) if *f == fingerprint => *since,
+                _ => Instant::now(),
+            };
+            let unchanged = last.as_ref().is_some_and(|(f, _)| *f == fingerprint);
+            last = Some((fingerprint, since));
+            let total = check::total(&results);
+            clean = if total == 0 && book.pending() == 0 && unchanged {
+                clean + 1
             } else {
-                clean = 0;
-            }
-            last_ops = Some(ops);
-            if clean >= 2 || Instant::now() >= until {
+                0
+            };
+            if clean >= 1 || (total > 0 && since.elapsed() >= UNCHANGED) || Instant::now() >= until
+            {
                 return (results, snap);
             }
         } else if Instant::now() >= until {

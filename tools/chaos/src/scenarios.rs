@@ -4,8 +4,9 @@
 //! - `issue-486` (kubernetes-csi/external-provisioner#486): the sidecar dies while its
 //!   `CreateVolume` is in flight, the claim is deleted meanwhile, the backend finishes the
 //!   call. Nothing durable says a volume may exist: upstream leaks it.
-//! - `issue-1469` (kubernetes-csi/external-provisioner#1469): a second sync of a claim runs
-//!   while the sidecar's cache misses the just-created PV; by the time its `CreateVolume`
+//! - `issue-1469` (kubernetes-csi/external-provisioner#1469): a second sync of a claim (the
+//!   claim was updated during the first) runs while the sidecar's cache misses the
+//!   just-created PV; by the time its `CreateVolume`
 //!   reaches the backend, the claim was deleted and its volume too, so the backend creates a
 //!   new one; saving the PV answers `AlreadyExists` (the old PV is still Terminating), which
 //!   upstream takes for success: the new volume leaks.
@@ -138,6 +139,25 @@ async fn delete_now(world: &Arc<tokio::sync::Mutex<World>>, book: &Arc<Book>, na
     }
 }
 
+/// Waits until a replica holds the Lease and has had time to fill its caches.
+async fn wait_for_leader(world: &Arc<tokio::sync::Mutex<World>>) -> Result<(), String> {
+    let (leases, name) = {
+        let w = world.lock().await;
+        (w.leases(), crate::world::lease_name(&w.driver_name))
+    };
+    poll("a leader", Duration::from_secs(60), || {
+        let leases = leases.clone();
+        let name = name.clone();
+        async move {
+            let lease = leases.get_opt(&name).await.ok()??;
+            lease.spec?.holder_identity.filter(|h| !h.is_empty())
+        }
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    Ok(())
+}
+
 async fn poll<T, F, Fut>(what: &str, within: Duration, mut f: F) -> Result<T, String>
 where
     F: FnMut() -> Fut,
@@ -221,33 +241,46 @@ async fn issue_1469(
 ) -> Result<BTreeMap<&'static str, u64>, String> {
     let control = {
         let w = world.lock().await;
-        // A second sync of the claim right after the first (a duplicated event)...
+        // The cache misses the PV the first sync just created...
         w.proxy.add_rule(
-            Rule::new(Fault::DuplicateEvents)
-                .verbs(&["watch"])
-                .resources(&["persistentvolumeclaims"]),
-        );
-        // ...while the cache misses the PV the first sync just created...
-        w.proxy.add_rule(
-            Rule::new(Fault::HideNew { ms: 2500 })
+            Rule::new(Fault::HideNew { ms: 3000 })
                 .verbs(&["watch"])
                 .resources(&["persistentvolumes"]),
         );
-        // ...with a backend slow enough that the claim's deletion overtakes that sync,
-        // and an API server slow to drop the deleted PV's last finalizer.
+        // ...and the API server is slow to drop the deleted PV's last finalizer.
         w.proxy.add_rule(
-            Rule::new(Fault::Delay { ms: 8000 })
+            Rule::new(Fault::Delay { ms: 12000 })
                 .verbs(&["patch", "update"])
                 .resources(&["persistentvolumes"]),
         );
         w.driver.control().await.map_err(|e| e.to_string())?
     };
+    // A backend slow enough that the claim's deletion overtakes the second sync.
     control
-        .set_fault("CreateVolume", DriverFault::Latency { ms: 6000 })
+        .set_fault("CreateVolume", DriverFault::Latency { ms: 8000 })
         .await
         .map_err(err("arming the latency"))?;
+    wait_for_leader(world).await?;
     create(world, book, "c-1469").await?;
     let api = world.lock().await.claims();
+    // While the first sync's CreateVolume is in flight, the claim is updated (a label, as a
+    // user or another controller might): that queues a second sync of the same claim.
+    poll("the first CreateVolume", Duration::from_secs(90), || {
+        let control = &control;
+        async move {
+            let stats = control.stats().await.ok()?;
+            (stats.calls.get("CreateVolume").copied().unwrap_or(0) >= 1).then_some(())
+        }
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    api.patch(
+        "c-1469",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!({"metadata": {"labels": {"touched": "yes"}}})),
+    )
+    .await
+    .map_err(|e| format!("labelling the claim: {e}"))?;
     poll("the claim to be Bound", Duration::from_secs(90), || {
         let api = api.clone();
         async move {
@@ -257,14 +290,14 @@ async fn issue_1469(
     })
     .await?;
     delete_now(world, book, "c-1469").await;
-    // Let the late sync play out: its CreateVolume lands ~6 s after the first one returned,
-    // the deleted PV's finalizer is released ~8 s after the volume path deleted it.
-    tokio::time::sleep(Duration::from_secs(20)).await;
+    // Let the late sync play out: its CreateVolume lands ~8 s after the first one returned,
+    // the deleted PV's finalizer is released ~12 s after the volume path deleted it.
+    tokio::time::sleep(Duration::from_secs(25)).await;
     Ok(BTreeMap::from([
-        ("watch: PVC events duplicated (second sync)", 1),
-        ("watch: new PV hidden 2.5 s", 1),
-        ("api: PV patch/update slowed 8 s", 1),
-        ("driver: CreateVolume slowed 6 s", 1),
+        ("claim labelled during CreateVolume (second sync)", 1),
+        ("watch: new PV hidden 3 s", 1),
+        ("api: PV patch/update slowed 12 s", 1),
+        ("driver: CreateVolume slowed 8 s", 1),
         ("claim deleted as soon as Bound", 1),
     ]))
 }

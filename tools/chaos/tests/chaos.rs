@@ -1,0 +1,113 @@
+//! The chaos run in CI: our sidecar, two replicas contending for the Lease, behind the
+//! fault-injecting API proxy, with every fault kind active, must end with zero invariant
+//! violations; and the named upstream failures (#486, #1469) must leave nothing behind with
+//! our sidecar while the upstream sidecar demonstrably leaks in #486.
+//!
+//! Needs the test bed (`make test`, or `cluster.sh up`) and the workspace binaries
+//! (`cargo build --workspace --bins`). A longer soak: `make chaos`.
+
+use std::time::Duration;
+
+use chaos::check::NO_LEAK;
+use chaos::{ChaosConfig, FaultMix, Report, Scenario, Sidecar, Testbed};
+
+fn testbed() -> Testbed {
+    Testbed::from_env().unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn backend(report: &Report, what: &str) -> u64 {
+    report
+        .backend
+        .iter()
+        .find(|(k, _)| *k == what)
+        .map(|(_, v)| *v)
+        .unwrap_or_else(|| panic!("no backend counter {what:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_sidecar_survives_a_bounded_chaos_run_without_violations() {
+    let cfg = ChaosConfig {
+        sidecar: Sidecar::Ours,
+        seed: 20261202,
+        claims: 200,
+        rate: 4.0,
+        duration: Duration::from_secs(75),
+        replicas: 2,
+        faults: FaultMix::all(),
+        settle: Duration::from_secs(90),
+        teardown_check: true,
+        keep_dir: false,
+    };
+    let report = chaos::run(&testbed(), &cfg).await.expect("chaos run");
+    let table = report.render();
+    println!("{table}");
+    // Not vacuous: claims came and went, and every family of faults was injected.
+    let created = report.workload[0].1;
+    assert!(created >= 150, "only {created} claims created\n{table}");
+    assert!(
+        report.proxy.values().sum::<u64>() > 0,
+        "no API fault\n{table}"
+    );
+    assert!(
+        report.proxy.keys().any(|k| k.starts_with("watch-")),
+        "no watch fault\n{table}"
+    );
+    assert!(
+        report.actions.keys().any(|k| k.starts_with("driver:")),
+        "no driver fault\n{table}"
+    );
+    assert!(report.sidecar_kills > 0, "no sidecar killed\n{table}");
+    assert!(backend(&report, "volumes deleted") > 0, "{table}");
+    assert_eq!(report.violations(), 0, "\n{table}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_486_restart_mid_create_then_delete_leaves_no_volume_with_our_sidecar() {
+    let report = chaos::scenarios::run(&testbed(), Scenario::Issue486, Sidecar::Ours, 486, false)
+        .await
+        .expect("scenario");
+    let table = report.render();
+    println!("{table}");
+    // The orphaned CreateVolume did create a volume, and we deleted it.
+    assert_eq!(backend(&report, "volumes created"), 1, "{table}");
+    assert_eq!(backend(&report, "volumes deleted"), 1, "{table}");
+    assert_eq!(report.violations(), 0, "\n{table}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_486_leaks_with_the_upstream_sidecar() {
+    let report = chaos::scenarios::run(
+        &testbed(),
+        Scenario::Issue486,
+        Sidecar::Upstream,
+        486,
+        false,
+    )
+    .await
+    .expect("scenario");
+    let table = report.render();
+    println!("{table}");
+    // The reproduction is real: the same steps leak with upstream v6.3.0 (its issue #486).
+    let leaks = report
+        .invariants
+        .iter()
+        .find(|r| r.name == NO_LEAK)
+        .map(|r| r.violations.len());
+    assert_eq!(leaks, Some(1), "\n{table}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_1469_late_sync_with_a_missing_pv_creates_no_second_volume_with_our_sidecar() {
+    let report = chaos::scenarios::run(&testbed(), Scenario::Issue1469, Sidecar::Ours, 1469, false)
+        .await
+        .expect("scenario");
+    let table = report.render();
+    println!("{table}");
+    assert_eq!(
+        report.proxy.get("watch-hide"),
+        Some(&1),
+        "the new PV was hidden\n{table}"
+    );
+    assert_eq!(backend(&report, "volumes created"), 1, "{table}");
+    assert_eq!(report.violations(), 0, "\n{table}");
+}
