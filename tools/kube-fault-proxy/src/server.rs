@@ -51,6 +51,8 @@ impl Proxy {
     ) -> std::io::Result<Proxy> {
         // Watches stay open for minutes; only the API server ends them.
         config.read_timeout = None;
+        // Transparent: the API server's own 429/503/504 go to the client, which decides.
+        config.default_retry = false;
         let client = kube::Client::try_from(config).map_err(std::io::Error::other)?;
         let listener = TcpListener::bind(listen).await?;
         let addr = listener.local_addr()?;
