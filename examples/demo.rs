@@ -538,16 +538,40 @@ impl Demo {
         let deleted_at = Instant::now();
         // The sidecar gives up on the call after --timeout (the volume may still be created:
         // DEADLINE_EXCEEDED), then asks the driver again under the same name to learn whether a
-        // volume exists; that call hangs too.
-        wait_hung(out, &control, 2, deleted_at).await?;
+        // volume exists; the driver, still busy with the first call, answers ABORTED.
+        let calls_before = control
+            .stats()
+            .await?
+            .calls
+            .get("CreateVolume")
+            .copied()
+            .unwrap_or(0);
+        loop {
+            let calls = control
+                .stats()
+                .await?
+                .calls
+                .get("CreateVolume")
+                .copied()
+                .unwrap_or(0);
+            if calls > calls_before {
+                break;
+            }
+            deadline(deleted_at, "the sidecar to retry CreateVolume")?;
+            out.waiting(&format!(
+                "waiting for the sidecar's retry ({:.0}s)",
+                deleted_at.elapsed().as_secs_f64()
+            ));
+            tokio::time::sleep(POLL).await;
+        }
         out.say(&format!(
             "after --timeout={CSI_TIMEOUT} the sidecar gave up waiting and asked again with the same name \
-             (idempotent CreateVolume): now 2 calls are hung ({:.1}s after the delete)",
+             (idempotent CreateVolume); the driver answers ABORTED while the first call is pending ({:.1}s after the delete)",
             deleted_at.elapsed().as_secs_f64()
         ));
         control.release("CreateVolume").await?;
         control.clear_faults().await?;
-        out.say("driver: released; the backend now finishes both calls, long after the first caller gave up");
+        out.say("driver: released; the backend now finishes the first call, long after its caller gave up");
         let released_at = Instant::now();
         loop {
             let gone = claims.get_opt(SLOW_CLAIM).await?.is_none();

@@ -75,6 +75,12 @@ pub struct Args {
     #[arg(long, default_value = env!("CARGO_PKG_VERSION"))]
     pub vendor_version: String,
 
+    /// Let calls for the same volume (CreateVolume by name, DeleteVolume by id) run
+    /// concurrently. By default a second call while one is in progress gets ABORTED, as
+    /// production drivers with per-volume locks answer.
+    #[arg(long)]
+    pub allow_concurrent_calls_per_volume: bool,
+
     /// Seed of the RNG used by probabilistic faults, so a chaos run can be replayed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,

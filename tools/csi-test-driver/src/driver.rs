@@ -36,6 +36,8 @@ pub struct DriverConfig {
     pub topology: Option<(String, String)>,
     pub capabilities: Vec<ControllerCapability>,
     pub state_dir: PathBuf,
+    /// At most one CreateVolume per name and one DeleteVolume per id at a time (ABORTED otherwise).
+    pub serialize_by_name: bool,
 }
 
 /// The driver's state, shared by the gRPC services and the control socket.
@@ -48,6 +50,34 @@ pub struct Driver {
     counts_dirty: AtomicBool,
     faults: FaultTable,
     ready: AtomicBool,
+    /// Keys (volume names / ids) with a call in progress.
+    in_flight: Mutex<std::collections::HashSet<String>>,
+}
+
+/// Holds a key of `Driver::in_flight` until dropped.
+struct InFlight {
+    driver: Arc<Driver>,
+    key: String,
+}
+
+impl InFlight {
+    fn take(driver: &Arc<Driver>, key: String) -> Option<InFlight> {
+        let mut set = driver.in_flight.lock().expect("in-flight set poisoned");
+        set.insert(key.clone()).then(|| InFlight {
+            driver: driver.clone(),
+            key,
+        })
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.driver
+            .in_flight
+            .lock()
+            .expect("in-flight set poisoned")
+            .remove(&self.key);
+    }
 }
 
 type Reply<T> = Result<Response<T>, Status>;
@@ -64,6 +94,7 @@ impl Driver {
             counts_dirty: AtomicBool::new(false),
             faults: FaultTable::new(seed),
             ready: AtomicBool::new(true),
+            in_flight: Mutex::new(std::collections::HashSet::new()),
         }
     }
 
@@ -140,9 +171,44 @@ impl Driver {
         Req: std::fmt::Debug + Send + 'static,
         Resp: Send + 'static,
     {
+        self.serve_keyed(method, None, request, op, on_injected)
+            .await
+    }
+
+    /// Like `serve`, but at most one call per `key` (a volume name or id) is in
+    /// progress at a time: a second one gets `ABORTED` ("operation pending"),
+    /// as the CSI spec allows and as production drivers do with per-volume
+    /// locks. The key stays taken until the call's work is done, even when the
+    /// caller has given up waiting (a backend keeps working after a timeout).
+    async fn serve_keyed<Req, Resp>(
+        self: &Arc<Self>,
+        method: &'static str,
+        key: Option<String>,
+        request: Request<Req>,
+        op: fn(&Driver, Req) -> Result<Resp, Status>,
+        on_injected: Option<OnInjected>,
+    ) -> Reply<Resp>
+    where
+        Req: std::fmt::Debug + Send + 'static,
+        Resp: Send + 'static,
+    {
+        let guard = match key {
+            Some(k) if self.config.serialize_by_name => match InFlight::take(self, k) {
+                Some(g) => Some(g),
+                None => {
+                    *self.ledger().calls.entry(method.to_string()).or_default() += 1;
+                    self.counts_dirty.store(true, Ordering::SeqCst);
+                    return Err(Status::aborted(format!(
+                        "{method}: an operation on this volume is already in progress"
+                    )));
+                }
+            },
+            _ => None,
+        };
         let driver = self.clone();
         let request = request.into_inner();
         let task = tokio::spawn(async move {
+            let _guard = guard;
             {
                 let mut ledger = driver.ledger();
                 *ledger.calls.entry(method.to_string()).or_default() += 1;
@@ -909,7 +975,13 @@ impl v1::controller_server::Controller for CsiService {
             driver.record_injected("CreateVolume", Some(name), None, status)
         });
         self.0
-            .serve("CreateVolume", r, Driver::create_volume, Some(on_injected))
+            .serve_keyed(
+                "CreateVolume",
+                Some(format!("name/{}", r.get_ref().name)),
+                r,
+                Driver::create_volume,
+                Some(on_injected),
+            )
             .await
     }
     async fn delete_volume(
@@ -921,7 +993,13 @@ impl v1::controller_server::Controller for CsiService {
             driver.record_injected("DeleteVolume", None, Some(volume_id), status)
         });
         self.0
-            .serve("DeleteVolume", r, Driver::delete_volume, Some(on_injected))
+            .serve_keyed(
+                "DeleteVolume",
+                Some(format!("id/{}", r.get_ref().volume_id)),
+                r,
+                Driver::delete_volume,
+                Some(on_injected),
+            )
             .await
     }
     async fn controller_publish_volume(

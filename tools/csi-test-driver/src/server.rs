@@ -47,6 +47,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             topology: args.topology(),
             capabilities,
             state_dir: args.state_dir.clone(),
+            serialize_by_name: !args.allow_concurrent_calls_per_volume,
         },
         ledger,
         args.seed,

@@ -128,6 +128,63 @@ async fn a_hung_call_completes_after_release_even_if_the_caller_gave_up() {
 }
 
 #[tokio::test]
+async fn a_second_call_for_a_volume_in_progress_is_aborted_until_the_first_is_done() {
+    let h = Harness::start().await;
+    h.control
+        .set_fault("CreateVolume", Fault::Hang)
+        .await
+        .unwrap();
+    let mut controller = h.controller().await;
+    let mut first = tonic::Request::new(create_request("pvc-busy", GIB));
+    first.set_timeout(Duration::from_millis(200));
+    controller.create_volume(first).await.unwrap_err();
+    h.control
+        .wait_for_hung("CreateVolume", 1, Duration::from_secs(5))
+        .await
+        .unwrap();
+
+    // Same name while the first call is still being worked on: ABORTED, not hung.
+    let err = controller
+        .create_volume(create_request("pvc-busy", GIB))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Aborted, "{err}");
+    // Another name is not blocked by it (it hangs like any call, so give up quickly).
+    let mut other = tonic::Request::new(create_request("pvc-other", GIB));
+    other.set_timeout(Duration::from_millis(200));
+    assert_ne!(
+        controller.create_volume(other).await.unwrap_err().code(),
+        Code::Aborted
+    );
+
+    h.control.release("CreateVolume").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match controller
+            .create_volume(create_request("pvc-busy", GIB))
+            .await
+        {
+            Ok(resp) => {
+                let ledger = h.control.ledger().await.unwrap();
+                let vol = ledger
+                    .volume_by_name("pvc-busy")
+                    .expect("created by the first call");
+                assert_eq!(
+                    resp.into_inner().volume.unwrap().volume_id,
+                    vol.volume_id,
+                    "the same volume"
+                );
+                break;
+            }
+            Err(e) if e.code() == Code::Aborted && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(10)).await
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+#[tokio::test]
 async fn latency_delays_calls_and_clear_faults_removes_it() {
     let h = Harness::start().await;
     h.control
