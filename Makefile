@@ -19,6 +19,22 @@ lint:
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 
+# Benchmarks (not tests): our sidecar against the upstream Go sidecar and a
+# minimal floor client on one local control plane; updates docs/benchmarks.md.
+#   make bench-quick   CI-sized, under 10 minutes once built
+#   make bench         the full sizes of the benchmark issue (hours at default client limits)
+BENCH_BUILD = cargo build --release -p csi-provisioner -p csi-test-driver -p bench
+
+bench:
+	@bash testbed/build.sh >/dev/null
+	$(BENCH_BUILD)
+	target/release/bench run --profile full $(BENCH_ARGS)
+
+bench-quick:
+	@bash testbed/build.sh >/dev/null
+	$(BENCH_BUILD)
+	target/release/bench run --profile quick $(BENCH_ARGS)
+
 # Chaos soak (`make test` already runs a bounded chaos run): every fault kind against our
 # sidecar (SIDECAR=upstream or both for the comparison), then the invariant table; fails on
 # any violation. SCENARIO=issue-486|issue-1469 replays a named upstream failure instead.

@@ -239,7 +239,8 @@ impl Counts {
     }
 
     pub fn total(&self) -> f64 {
-        self.0.values().sum()
+        // `+ 0.0` turns the empty sum (-0.0) into 0.
+        self.0.values().sum::<f64>() + 0.0
     }
 
     /// Summed by verb.

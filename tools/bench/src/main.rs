@@ -145,6 +145,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         work_dir: work_dir.clone(),
         ticks: procfs::clock_ticks(),
         started,
+        run_id: std::process::id() % 100_000,
     };
     let outcome = async {
         ctx.bins.check()?;

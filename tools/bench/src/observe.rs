@@ -25,6 +25,17 @@ pub struct State {
     pub claims: HashMap<String, ClaimTimes>,
     /// PVs whose claimRef points into the namespace and that exist now.
     pub pvs_alive: HashSet<String>,
+    /// The PV seen for each claim.
+    pub pv_of: HashMap<String, String>,
+}
+
+impl State {
+    /// Whether the PV of `claim` was seen and is gone again.
+    pub fn pv_gone(&self, claim: &str) -> bool {
+        self.pv_of
+            .get(claim)
+            .is_some_and(|pv| !self.pvs_alive.contains(pv))
+    }
 }
 
 impl State {
@@ -69,6 +80,7 @@ impl Observer {
                         };
                         let mut s = st.lock().expect("poisoned");
                         s.pvs_alive.insert(pv.name_any());
+                        s.pv_of.insert(claim.clone(), pv.name_any());
                         s.claims.entry(claim).or_default().pv.get_or_insert(now);
                     }
                     Ok(watcher::Event::Delete(pv)) => {

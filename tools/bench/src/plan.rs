@@ -121,7 +121,7 @@ pub fn plan(profile: Profile) -> Vec<Scenario> {
             ),
             scenario(
                 "burst-default-0ms",
-                Burst { claims: 40 },
+                Burst { claims: 20 },
                 DEFAULT_LIMITS,
                 0,
                 1,
@@ -130,7 +130,7 @@ pub fn plan(profile: Profile) -> Vec<Scenario> {
                 "steady-raised-0ms",
                 Steady {
                     rate: 10.0,
-                    secs: 30,
+                    secs: 20,
                 },
                 RAISED_LIMITS,
                 0,
@@ -139,8 +139,8 @@ pub fn plan(profile: Profile) -> Vec<Scenario> {
             scenario(
                 "idle",
                 Idle {
-                    objects: 2000,
-                    idle_secs: 15,
+                    objects: 1000,
+                    idle_secs: 10,
                 },
                 RAISED_LIMITS,
                 0,
@@ -243,6 +243,6 @@ mod tests {
         }
         let quick = plan(Profile::Quick);
         assert!(quick.iter().any(|s| s.workload == Workload::Burst { claims: 500 } && s.limits == RAISED_LIMITS));
-        assert_eq!(quick[3].volumes(), 300);
+        assert_eq!(quick[3].volumes(), 200);
     }
 }

@@ -49,6 +49,7 @@ pub fn figures(runs: &[&RunResult]) -> Figures {
     };
     let med = |f: &dyn Fn(&RunResult) -> Option<f64>| median(runs.iter().map(|r| f(r)));
     let complete = |r: &RunResult| r.all_pv_secs.is_some() && r.all_gone_secs.is_some();
+    let finished = |r: &RunResult| complete(r) || r.idle_rss_kib.is_some();
     let mut api_detail = BTreeMap::new();
     let mut api_by_verb = BTreeMap::new();
     let mut csi = BTreeMap::new();
@@ -118,7 +119,7 @@ pub fn figures(runs: &[&RunResult]) -> Figures {
     let mib = |k: u64| if k > 0 { Some(k as f64 / 1024.0) } else { None };
     Figures {
         rounds: runs.len(),
-        complete_rounds: runs.iter().filter(|r| complete(r)).count(),
+        complete_rounds: runs.iter().filter(|r| finished(r)).count(),
         volumes_per_sec: med(&|r| r.all_pv_secs.map(|t| r.claims as f64 / t)),
         all_pv_secs: med(&|r| r.all_pv_secs),
         all_bound_secs: med(&|r| r.all_bound_secs),

@@ -90,6 +90,8 @@ pub struct Ctx {
     pub work_dir: PathBuf,
     pub ticks: f64,
     pub started: Instant,
+    /// Makes names unique per invocation (a namespace of a previous run may still be terminating).
+    pub run_id: u32,
 }
 
 impl Ctx {
@@ -330,7 +332,7 @@ async fn start_contender(
         "probe deletion",
         Duration::from_secs(180),
         async || {
-            let gone = s.observer.state().pvs_alive.is_empty();
+            let gone = s.observer.state().pv_gone(probe);
             (gone, format!("probe PV gone: {gone}"))
         },
     )
@@ -350,8 +352,8 @@ pub async fn run_workload(ctx: &Ctx, sc: &Scenario, who: Who, round: u32) -> Run
         ..Default::default()
     };
     ctx.say(&format!("{tag}: {}", sc.title()));
-    let ns = format!("bench-{tag}");
-    let driver_name = format!("{tag}.bench.csi");
+    let ns = format!("bench-{tag}-{}", ctx.run_id);
+    let driver_name = format!("{tag}-{}.bench.csi", ctx.run_id);
     let setup = match setup(ctx, &tag, &driver_name, &ns, &ns, sc.latency_ms).await {
         Ok(s) => s,
         Err(e) => {
@@ -654,7 +656,9 @@ pub async fn run_idle(ctx: &Ctx, sc: &Scenario, order: &[Who]) -> Vec<RunResult>
     let Workload::Idle { objects, idle_secs } = sc.workload else {
         return Vec::new();
     };
-    let (ns, class, driver_name) = ("bench-idle", "bench-idle", "idle.bench.csi");
+    let ns = format!("bench-idle-{}", ctx.run_id);
+    let driver_name = format!("idle-{}.bench.csi", ctx.run_id);
+    let (ns, class, driver_name) = (ns.as_str(), ns.as_str(), driver_name.as_str());
     let mut results = Vec::new();
     if let Err(e) = populate(ctx, ns, class, driver_name, objects).await {
         ctx.say(&format!("idle: populating failed: {e:#}"));
@@ -709,7 +713,7 @@ pub async fn run_idle(ctx: &Ctx, sc: &Scenario, order: &[Who]) -> Vec<RunResult>
     let _ = Api::<PersistentVolume>::all(client.clone())
         .delete_collection(
             &DeleteParams::default(),
-            &ListParams::default().labels("bench=idle"),
+            &ListParams::default().labels(&format!("bench={ns}")),
         )
         .await;
     let _ = Api::<StorageClass>::all(client.clone())
@@ -752,10 +756,10 @@ async fn populate(
         .map(|i| {
             let (pvs, claims) = (pvs.clone(), claims.clone());
             async move {
-                let (pv_name, claim_name) = (format!("bench-idle-{i:05}"), format!("idle-{i:05}"));
+                let (pv_name, claim_name) = (format!("{ns}-{i:05}"), format!("idle-{i:05}"));
                 let pv: PersistentVolume = serde_json::from_value(json!({
                     "apiVersion": "v1", "kind": "PersistentVolume",
-                    "metadata": {"name": pv_name, "labels": {"bench": "idle"},
+                    "metadata": {"name": pv_name, "labels": {"bench": ns},
                                  "annotations": {"pv.kubernetes.io/provisioned-by": driver}},
                     "spec": {
                         "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
