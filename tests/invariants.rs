@@ -650,8 +650,16 @@ async fn assert_nothing_left(rig: &Rig, pv_name: &str) {
     assert_no_duplicate_volume(&ledger);
 }
 
+/// Every `CreateVolume` creates (or finds) the volume and answers `DEADLINE_EXCEEDED`,
+/// until the faults are cleared: the claim can never get a PV meanwhile.
+fn always_created_then_timed_out() -> Fault {
+    Fault::CreateThenDeadlineExceeded { count: 1_000_000 }
+}
+
 #[tokio::test]
-async fn pvc_deleted_while_create_volume_hangs_leaves_no_volume() {
+async fn pvc_deleted_while_create_volume_hangs_then_completes_leaves_no_volume() {
+    // The call in flight completes after the deletion: its PV is saved for a
+    // claim that is going away, and the volume path deletes both.
     let rig = Rig::builder("inv-del-hang")
         .sidecar_args(FAST)
         .start()
@@ -686,31 +694,70 @@ async fn pvc_deleted_while_create_volume_hangs_leaves_no_volume() {
 }
 
 #[tokio::test]
-async fn pvc_deleted_after_create_volume_timed_out_leaves_no_volume() {
-    // A long backoff: the sidecar sits out its retry when the claim is deleted.
-    let rig = Rig::builder("inv-del-ctde")
-        .sidecar_args(&[
-            "--timeout=2s",
-            "--retry-interval-start=60s",
-            "--retry-interval-max=120s",
-        ])
+async fn pvc_deleted_while_create_volume_hangs_past_the_timeout_leaves_no_volume() {
+    // The sidecar gives up on the hung call (--timeout=2s) after the claim is
+    // deleted, so no attempt can save a PV any more: only the cleanup of the
+    // deleted claim can find the volume the driver creates once released.
+    let rig = Rig::builder("inv-del-hang-to")
+        .sidecar_args(FAST)
         .start()
         .await;
     rig.control
-        .set_fault(
-            "CreateVolume",
-            Fault::CreateThenDeadlineExceeded { count: 1 },
-        )
+        .set_fault("CreateVolume", Fault::Hang)
+        .await
+        .unwrap();
+    let claim = rig.create_claim(rig.claim("data")).await;
+    let pv_name = format!("pvc-{}", uid(&claim));
+    rig.control
+        .wait_for_hung("CreateVolume", 1, DEADLINE)
+        .await
+        .unwrap();
+    rig.delete_claim("data").await;
+    // The first call timed out; the cleanup asks the driver for the volume too
+    // and hears that the first call is still in progress (ABORTED, an answer
+    // the driver counts in its calls but not in the ledger's operations).
+    rig.wait_claim_event("data", "ProvisioningFailed", "DeadlineExceeded")
+        .await;
+    wait_for("the cleanup to call CreateVolume", DEADLINE, || async {
+        let calls = rig.ledger().await.call_count("CreateVolume");
+        if calls >= 2 { Ok(()) } else { Err(calls) }
+    })
+    .await;
+    assert_held_terminating(&rig, "data").await;
+    rig.control.release("CreateVolume").await.unwrap();
+
+    rig.wait_claim_gone("data").await;
+    assert_nothing_left(&rig, &pv_name).await;
+    let ledger = rig.ledger().await;
+    assert_eq!(created(&ledger, &pv_name), 1, "{ledger:#?}");
+    assert!(
+        ledger.operations_of("DeleteVolume").any(|op| op.deleted),
+        "{ledger:#?}"
+    );
+    rig.cleanup().await;
+}
+
+#[tokio::test]
+async fn pvc_deleted_after_create_volume_timed_out_leaves_no_volume() {
+    let rig = Rig::builder("inv-del-ctde")
+        .sidecar_args(FAST)
+        .start()
+        .await;
+    rig.control
+        .set_fault("CreateVolume", always_created_then_timed_out())
         .await
         .unwrap();
     let claim = rig.create_claim(rig.claim("data")).await;
     let pv_name = format!("pvc-{}", uid(&claim));
     rig.wait_claim_event("data", "ProvisioningFailed", "DeadlineExceeded")
         .await;
-    let ledger = rig.ledger().await;
-    assert!(ledger.volume_by_name(&pv_name).is_some(), "{ledger:#?}");
+    assert!(rig.ledger().await.volume_by_name(&pv_name).is_some());
 
     rig.delete_claim("data").await;
+    // While the driver keeps timing out, the cleanup cannot learn the volume's
+    // handle: the claim must wait rather than let the volume leak.
+    assert_held_terminating(&rig, "data").await;
+    rig.control.clear_faults().await.unwrap();
     rig.wait_claim_gone("data").await;
     assert_nothing_left(&rig, &pv_name).await;
     let ledger = rig.ledger().await;
@@ -720,29 +767,20 @@ async fn pvc_deleted_after_create_volume_timed_out_leaves_no_volume() {
 
 #[tokio::test]
 async fn sidecar_killed_between_create_volume_and_pv_save_then_pvc_deleted_leaves_no_volume() {
-    let mut rig = Rig::builder("inv-kill")
-        .sidecar_args(&[
-            "--timeout=2s",
-            "--retry-interval-start=60s",
-            "--retry-interval-max=120s",
-        ])
-        .start()
-        .await;
+    let mut rig = Rig::builder("inv-kill").sidecar_args(FAST).start().await;
     rig.control
-        .set_fault(
-            "CreateVolume",
-            Fault::CreateThenDeadlineExceeded { count: 1 },
-        )
+        .set_fault("CreateVolume", always_created_then_timed_out())
         .await
         .unwrap();
     let claim = rig.create_claim(rig.claim("data")).await;
     let pv_name = format!("pvc-{}", uid(&claim));
-    // The driver created the volume; the sidecar got DeadlineExceeded and backs off.
+    // The driver created the volume; the sidecar only ever heard DeadlineExceeded.
     rig.wait_claim_event("data", "ProvisioningFailed", "DeadlineExceeded")
         .await;
     assert!(rig.ledger().await.volume_by_name(&pv_name).is_some());
 
     rig.kill_sidecar();
+    rig.control.clear_faults().await.unwrap();
     rig.delete_claim("data").await;
     // With no sidecar running, only the durable intent keeps the claim around.
     assert_held_terminating(&rig, "data").await;
