@@ -14,9 +14,8 @@ use csi_provisioner::keys;
 use csi_test_driver::GrpcCode;
 use csi_test_driver::control::Fault;
 use csi_test_driver::ledger::{Ledger, OperationRecord};
-use k8s_openapi::api::core::v1::{Event, Node, PersistentVolumeClaim, Secret};
-use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec};
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Secret};
+use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use support::{DEADLINE, Rig, k8s_keys, unique_name, wait_for};
 
 /// Short CSI timeout and quick retries, so failing paths go round often.
@@ -229,51 +228,6 @@ async fn final_error_is_retried_with_growing_backoff_until_the_fault_clears() {
 
 const ZONE_KEY: &str = "topology.err.example.com/zone";
 
-/// A Node in `zone` and its CSINode listing the rig's driver with our key.
-async fn node_in_zone(rig: &Rig, zone: &str) -> String {
-    let name = unique_name("err-node");
-    let node = Node {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            labels: Some([(ZONE_KEY.to_string(), zone.to_string())].into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<Node>::all(rig.client.clone())
-        .create(&PostParams::default(), &node)
-        .await
-        .expect("creating a Node");
-    let csinode = CSINode {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            ..Default::default()
-        },
-        spec: CSINodeSpec {
-            drivers: vec![CSINodeDriver {
-                name: rig.driver_name.clone(),
-                node_id: name.clone(),
-                topology_keys: Some(vec![ZONE_KEY.to_string()]),
-                ..Default::default()
-            }],
-        },
-    };
-    Api::<CSINode>::all(rig.client.clone())
-        .create(&PostParams::default(), &csinode)
-        .await
-        .expect("creating a CSINode");
-    name
-}
-
-async fn remove_node(rig: &Rig, name: &str) {
-    let _ = Api::<CSINode>::all(rig.client.clone())
-        .delete(name, &DeleteParams::default())
-        .await;
-    let _ = Api::<Node>::all(rig.client.clone())
-        .delete(name, &DeleteParams::default())
-        .await;
-}
-
 fn selected_node(claim: &PersistentVolumeClaim) -> Option<String> {
     claim
         .metadata
@@ -290,7 +244,7 @@ async fn resource_exhausted_on_the_selected_node_removes_the_selected_node_annot
         .sidecar_args(FAST)
         .start()
         .await;
-    let node = node_in_zone(&rig, "z1").await;
+    let node = rig.node_in_zone(ZONE_KEY, "z1").await;
     rig.control
         .set_fault(
             "CreateVolume",
@@ -342,7 +296,7 @@ async fn resource_exhausted_on_the_selected_node_removes_the_selected_node_annot
         .unwrap();
     rig.wait_bound("data").await;
     assert_eq!(rig.ledger().await.volumes.len(), 1);
-    remove_node(&rig, &node).await;
+    rig.remove_node(&node).await;
     rig.cleanup().await;
 }
 

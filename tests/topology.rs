@@ -5,58 +5,9 @@
 
 mod support;
 
-use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, DeleteParams, PostParams};
 use support::{DEADLINE, Rig, k8s_keys, unique_name, wait_for};
 
 const ZONE: &str = "topology.test.example.com/zone";
-
-/// Creates a Node labelled with `zone` and its CSINode listing our driver's key.
-async fn node_in_zone(rig: &Rig, zone: &str) -> String {
-    let name = unique_name("node");
-    let node = Node {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            labels: Some([(ZONE.to_string(), zone.to_string())].into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<Node>::all(rig.client.clone())
-        .create(&PostParams::default(), &node)
-        .await
-        .expect("creating a Node");
-    let csinode = CSINode {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            ..Default::default()
-        },
-        spec: CSINodeSpec {
-            drivers: vec![CSINodeDriver {
-                name: rig.driver_name.clone(),
-                node_id: name.clone(),
-                topology_keys: Some(vec![ZONE.to_string()]),
-                ..Default::default()
-            }],
-        },
-    };
-    Api::<CSINode>::all(rig.client.clone())
-        .create(&PostParams::default(), &csinode)
-        .await
-        .expect("creating a CSINode");
-    name
-}
-
-async fn remove_node(rig: &Rig, name: &str) {
-    let _ = Api::<CSINode>::all(rig.client.clone())
-        .delete(name, &DeleteParams::default())
-        .await;
-    let _ = Api::<Node>::all(rig.client.clone())
-        .delete(name, &DeleteParams::default())
-        .await;
-}
 
 fn affinity_zones(pv: &k8s_openapi::api::core::v1::PersistentVolume) -> Vec<String> {
     pv.spec
@@ -81,8 +32,8 @@ async fn late_binding_claim_gets_its_selected_nodes_topology() {
         .class(|c| c.binding_mode("WaitForFirstConsumer"))
         .start()
         .await;
-    let good = node_in_zone(&rig, "zone-a").await;
-    let elsewhere = node_in_zone(&rig, "zone-b").await;
+    let good = rig.node_in_zone(ZONE, "zone-a").await;
+    let elsewhere = rig.node_in_zone(ZONE, "zone-b").await;
 
     rig.create_claim(rig.claim("here").selected_node(&good))
         .await;
@@ -100,8 +51,8 @@ async fn late_binding_claim_gets_its_selected_nodes_topology() {
         .await;
     let pv = rig.wait_bound("there").await;
     assert_eq!(affinity_zones(&pv), vec!["zone-a"]);
-    remove_node(&rig, &good).await;
-    remove_node(&rig, &elsewhere).await;
+    rig.remove_node(&good).await;
+    rig.remove_node(&elsewhere).await;
     rig.cleanup().await;
 }
 
@@ -113,7 +64,7 @@ async fn strict_topology_sends_only_the_selected_node_and_reschedules_when_it_ca
         .sidecar_args(&["--strict-topology"])
         .start()
         .await;
-    let elsewhere = node_in_zone(&rig, "zone-b").await;
+    let elsewhere = rig.node_in_zone(ZONE, "zone-b").await;
     // The driver (zone-a only) cannot serve a zone-b node: the requisite is
     // that node's topology alone, so it answers ResourceExhausted and the
     // claim goes back to the scheduler.
@@ -140,7 +91,7 @@ async fn strict_topology_sends_only_the_selected_node_and_reschedules_when_it_ca
         "no volume for the unreachable zone"
     );
     assert!(ledger.call_count("CreateVolume") >= 1);
-    remove_node(&rig, &elsewhere).await;
+    rig.remove_node(&elsewhere).await;
     rig.cleanup().await;
 }
 

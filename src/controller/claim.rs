@@ -354,14 +354,7 @@ async fn already_provisioned(
         name: pv.name_any(),
         other: owner,
     };
-    ctx.recorder
-        .record(
-            claim,
-            EventType::Warning,
-            "ProvisioningFailed",
-            &err.to_string(),
-        )
-        .await;
+    fail(ctx, claim, err).await;
     Ok(Action::await_change())
 }
 
@@ -520,15 +513,7 @@ async fn save_pv(
                     name,
                     other: owner.unwrap_or_default(),
                 };
-                ctx.recorder
-                    .record(
-                        claim,
-                        EventType::Warning,
-                        "ProvisioningFailed",
-                        &err.to_string(),
-                    )
-                    .await;
-                Err(err)
+                Err(fail(ctx, claim, err).await)
             }
         }
         Err(source) => Err(fail(ctx, claim, ClaimError::SavePv { name, source }).await),

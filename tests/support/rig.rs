@@ -304,6 +304,58 @@ impl Rig {
         lines[lines.len().saturating_sub(8)..].join("\n")
     }
 
+    /// Creates a Node labelled `key=zone` and its CSINode listing the rig's
+    /// driver with topology key `key` (there is no kubelet to do it).
+    pub async fn node_in_zone(&self, key: &str, zone: &str) -> String {
+        use k8s_openapi::api::core::v1::Node;
+        use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec};
+        use kube::api::ObjectMeta;
+        let name = unique_name("node");
+        let node = Node {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some([(key.to_string(), zone.to_string())].into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<Node>::all(self.client.clone())
+            .create(&PostParams::default(), &node)
+            .await
+            .expect("creating a Node");
+        let csinode = CSINode {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            spec: CSINodeSpec {
+                drivers: vec![CSINodeDriver {
+                    name: self.driver_name.clone(),
+                    node_id: name.clone(),
+                    topology_keys: Some(vec![key.to_string()]),
+                    ..Default::default()
+                }],
+            },
+        };
+        Api::<CSINode>::all(self.client.clone())
+            .create(&PostParams::default(), &csinode)
+            .await
+            .expect("creating a CSINode");
+        name
+    }
+
+    /// Removes what [`Rig::node_in_zone`] created.
+    pub async fn remove_node(&self, name: &str) {
+        use k8s_openapi::api::core::v1::Node;
+        use k8s_openapi::api::storage::v1::CSINode;
+        let _ = Api::<CSINode>::all(self.client.clone())
+            .delete(name, &DeleteParams::default())
+            .await;
+        let _ = Api::<Node>::all(self.client.clone())
+            .delete(name, &DeleteParams::default())
+            .await;
+    }
+
     /// Deletes the StorageClass and the namespace; leaves the processes to Drop.
     pub async fn cleanup(self) {
         let _ = Api::<StorageClass>::all(self.client.clone())
