@@ -42,6 +42,16 @@ enum Cmd {
     Run(RunArgs),
     /// The floor client (started by `run` as a contender; takes the sidecars' flags).
     Floor(floor::FloorArgs),
+    /// Redraw the plots of a profile from its results JSON (no cluster needed).
+    Plot {
+        #[arg(long, value_enum, default_value_t = Profile::Quick)]
+        profile: Profile,
+        /// Default: docs/benchmarks/<profile>-results.json.
+        #[arg(long)]
+        results: Option<PathBuf>,
+        #[arg(long, default_value = "docs/benchmarks")]
+        dir: PathBuf,
+    },
 }
 
 #[derive(clap::Args)]
@@ -86,6 +96,19 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().cmd {
         Cmd::Floor(args) => floor::run(args).await,
         Cmd::Run(args) => run(args).await,
+        Cmd::Plot {
+            profile,
+            results,
+            dir,
+        } => {
+            let name = format!("{profile:?}").to_lowercase();
+            let path = results.unwrap_or_else(|| dir.join(format!("{name}-results.json")));
+            let results: Vec<RunResult> = serde_json::from_slice(&std::fs::read(&path)?)?;
+            for (file, _) in draw_plots(&dir, &name, &plan::plan(profile), &results) {
+                eprintln!("bench: wrote {}", dir.join(file).display());
+            }
+            Ok(())
+        }
     }
 }
 
@@ -294,7 +317,13 @@ fn draw_plots(
             })
             .collect();
         let file = format!("{profile}-burst-throughput.png");
-        let caption = format!("{} — PVs created over time, round 1", sc.title());
+        let caption = format!(
+            "{}: burst of {} claims, qps {}, CSI latency {} ms — PVs created over time, round 1",
+            sc.name,
+            sc.volumes(),
+            sc.limits.qps,
+            sc.latency_ms
+        );
         match plot::draw(
             &dir.join(&file),
             &caption,
@@ -327,8 +356,8 @@ fn draw_plots(
             .collect();
         let file = format!("{profile}-steady-latency.png");
         let caption = format!(
-            "{} — claim → PV latency by arrival time, round 1",
-            sc.title()
+            "{}: {rate} claims/s, qps {} — claim → PV latency by arrival time, round 1",
+            sc.name, sc.limits.qps
         );
         match plot::draw(
             &dir.join(&file),
