@@ -32,6 +32,7 @@ pub struct Cluster {
     pub contender_kubeconfig: PathBuf,
     /// Started by us (and so stopped by us).
     owned: bool,
+    repo: PathBuf,
 }
 
 impl Cluster {
@@ -69,6 +70,7 @@ impl Cluster {
             bin_dir,
             admin,
             owned,
+            repo: repo.to_path_buf(),
         };
         cluster.grant_and_count().await?;
         Ok(cluster)
@@ -76,9 +78,8 @@ impl Cluster {
 
     pub fn down(&self) {
         if self.owned {
-            let here = std::env::current_dir().unwrap_or_default();
             let _ = Command::new("bash")
-                .arg(here.join("testbed/cluster.sh"))
+                .arg(self.repo.join("testbed/cluster.sh"))
                 .arg("down")
                 .arg(&self.dir)
                 .status();

@@ -124,6 +124,7 @@ pub fn draw(
     let mut enc = png::Encoder::new(std::io::BufWriter::new(file), w, h);
     enc.set_color(png::ColorType::Rgb);
     enc.set_depth(png::BitDepth::Eight);
+    enc.set_compression(png::Compression::Best);
     enc.write_header()?.write_image_data(&buf)?;
     Ok(())
 }
