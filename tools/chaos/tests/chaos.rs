@@ -103,9 +103,9 @@ async fn issue_1469_late_sync_with_a_missing_pv_creates_no_second_volume_with_ou
         .expect("scenario");
     let table = report.render();
     println!("{table}");
-    assert_eq!(
-        report.proxy.get("watch-hide"),
-        Some(&1),
+    // PV watches are cluster-wide: other runs' new PVs are hidden (and counted) too.
+    assert!(
+        report.proxy.get("watch-hide").copied().unwrap_or(0) >= 1,
         "the new PV was hidden\n{table}"
     );
     assert_eq!(backend(&report, "volumes created"), 1, "{table}");
