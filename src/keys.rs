@@ -35,6 +35,11 @@ pub const FINALIZER_PV: &str = "external-provisioner.volume.kubernetes.io/finali
 /// volume is deleted. Upstream has no equivalent (its issue #486); see
 /// docs/compatibility.md.
 pub const FINALIZER_PVC_INTENT: &str = "csi-provisioner.rs/provisioning-intent";
+/// Annotation on a claim deleted during provisioning: the handle of its backend volume,
+/// written before that volume is deleted, so that a retried cleanup (after a lost
+/// response, a restart or a leader change) deletes it again instead of creating a new
+/// volume to learn a handle.
+pub const ANN_ABANDONED_HANDLE: &str = "csi-provisioner.rs/abandoned-volume-handle";
 
 /// Parameters with this prefix are for the sidecar and are stripped before `CreateVolume`.
 pub const CSI_PARAMETER_PREFIX: &str = "csi.storage.k8s.io/";

@@ -584,27 +584,42 @@ async fn abandon(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Action
         .await
         .ok()
         .flatten();
-    let handle = match create_volume(ctx, &claim, &class, &prepared, false).await {
-        Ok(v) => Some(v.volume_id),
-        Err(ClaimError::CreateVolume(s)) if s.code() == Code::AlreadyExists => {
-            // Same name, incompatible parameters (the class changed?): we
-            // cannot learn its handle. Keep the claim rather than leak.
-            let err = ClaimError::CreateVolume(s);
-            let msg = format!("cannot clean up the volume of deleted claim: {err}");
-            ctx.recorder
-                .record(
-                    &claim,
-                    EventType::Warning,
-                    "ProvisioningCleanupFailed",
-                    &msg,
-                )
-                .await;
-            return Err(err);
-        }
-        Err(ClaimError::CreateVolume(s)) if !classify(s.code(), false).volume_may_exist() => None,
-        Err(e) => return Err(e),
+    // A cleanup that got as far as recording the handle must not create the
+    // volume again: it may already be deleted, and CreateVolume would make a new one.
+    let recorded = claim
+        .annotations()
+        .get(keys::ANN_ABANDONED_HANDLE)
+        .filter(|h| !h.is_empty())
+        .cloned();
+    let handle = match recorded.clone() {
+        Some(h) => Some(h),
+        None => match create_volume(ctx, &claim, &class, &prepared, false).await {
+            Ok(v) => Some(v.volume_id),
+            Err(ClaimError::CreateVolume(s)) if s.code() == Code::AlreadyExists => {
+                // Same name, incompatible parameters (the class changed?): we
+                // cannot learn its handle. Keep the claim rather than leak.
+                let err = ClaimError::CreateVolume(s);
+                let msg = format!("cannot clean up the volume of deleted claim: {err}");
+                ctx.recorder
+                    .record(
+                        &claim,
+                        EventType::Warning,
+                        "ProvisioningCleanupFailed",
+                        &msg,
+                    )
+                    .await;
+                return Err(err);
+            }
+            Err(ClaimError::CreateVolume(s)) if !classify(s.code(), false).volume_may_exist() => {
+                None
+            }
+            Err(e) => return Err(e),
+        },
     };
     if let Some(handle) = handle {
+        if recorded.is_none() {
+            record_abandoned_handle(ctx, &claim, &handle).await?;
+        }
         delete_backend(ctx, &claim, &prepared, &handle).await?;
         info!(claim = %key(&claim), volume = %handle, "deleted the volume of a claim deleted during provisioning");
     }
@@ -613,6 +628,24 @@ async fn abandon(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Action
     ctx.infeasible.lock().expect("poisoned").remove(&uid);
     drop_intent(ctx, &claim).await?;
     Ok(Action::await_change())
+}
+
+/// Records the handle of a deleted claim's volume on the claim (UID-fenced;
+/// annotations may still change on a claim that is being deleted).
+async fn record_abandoned_handle(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+    handle: &str,
+) -> Result<(), ClaimError> {
+    let body = json!({"metadata": {"uid": claim.uid(), "annotations": {keys::ANN_ABANDONED_HANDLE: handle}}});
+    claims(ctx, &claim.namespace().unwrap_or_default())
+        .patch(
+            &claim.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&body),
+        )
+        .await?;
+    Ok(())
 }
 
 async fn delete_backend(
