@@ -86,8 +86,55 @@ fn has_final_error(messages: &[String]) -> bool {
     })
 }
 
+/// The backend's history of one name, for a violation line: each `CreateVolume` and
+/// `DeleteVolume` outcome with its time relative to the first.
+fn history(ledger: &Ledger, name: &str) -> String {
+    let ops: Vec<_> = ledger
+        .operations
+        .iter()
+        .filter(|op| op.name.as_deref() == Some(name))
+        .collect();
+    let t0 = ops.first().map(|op| op.at_ms).unwrap_or(0);
+    ops.iter()
+        .map(|op| {
+            format!(
+                "{}{}({:?}{}{}) +{}ms",
+                if op.method == "CreateVolume" {
+                    "C"
+                } else {
+                    "D"
+                },
+                op.volume_id
+                    .as_deref()
+                    .map(|v| format!("[{v}]"))
+                    .unwrap_or_default(),
+                op.code,
+                if op.created { ",created" } else { "" },
+                if op.deleted { ",deleted" } else { "" },
+                op.at_ms.saturating_sub(t0)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn pv_name_of(uid: &str) -> String {
     format!("pvc-{uid}")
+}
+
+/// The runner's name of the claim a volume name belongs to, for violation lines.
+fn claim_of(s: &Snapshot, volume_name: &str) -> String {
+    s.created
+        .iter()
+        .find(|c| pv_name_of(&c.uid) == volume_name)
+        .map(|c| {
+            format!(
+                " (claim {}{})",
+                c.name,
+                if c.deleted { ", deleted" } else { "" }
+            )
+        })
+        .unwrap_or_default()
 }
 
 /// Judges a settled system.
@@ -149,8 +196,11 @@ pub fn check(s: &Snapshot) -> Vec<InvariantResult> {
         });
         if !provisioning {
             leaks.push(format!(
-                "volume {} (name {}) has no PV and no live claim",
-                v.volume_id, v.name
+                "volume {} (name {}{}) has no PV and no live claim; backend: {}",
+                v.volume_id,
+                v.name,
+                claim_of(s, &v.name),
+                history(&s.ledger, &v.name)
             ));
         }
     }
@@ -181,7 +231,13 @@ pub fn check(s: &Snapshot) -> Vec<InvariantResult> {
     let duplicates = created_count
         .iter()
         .filter(|(_, n)| **n > 1)
-        .map(|(name, n)| format!("{name}: {n} backend volumes created"))
+        .map(|(name, n)| {
+            format!(
+                "{name}{}: {n} backend volumes created; backend: {}",
+                claim_of(s, name),
+                history(&s.ledger, name)
+            )
+        })
         .collect();
 
     let mut settled = Vec::new();

@@ -15,7 +15,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::world::World;
 
-/// Below the sidecars' 5 s `--timeout`: slow, but answered within the caller's deadline.
+/// Well below the sidecars' 10 s `--timeout`: slow, but answered within the caller's
+/// deadline even on a loaded machine.
 pub const DEFAULT_DRIVER_LATENCY_MAX: Duration = Duration::from_millis(4000);
 
 /// Which families of faults a run injects.
@@ -25,7 +26,7 @@ pub struct FaultMix {
     pub watch: bool,
     pub driver: bool,
     pub kill: bool,
-    /// Upper bound of injected driver latency. Above the sidecar's `--timeout` (5 s), a slow
+    /// Upper bound of injected driver latency. Above the sidecar's `--timeout` (10 s), a slow
     /// call is still *started* by the test driver after the caller gave up, and may then
     /// create a volume after a later call for the same name was answered and the volume
     /// deleted: a backend running stale requests out of order (see docs/reliability.md).
@@ -117,7 +118,7 @@ impl Action {
             Action::WatchDrop => 1,
             Action::WatchHidePv => 2,
             Action::WatchCut => 1,
-            Action::DriverCreateThenTimeout => 2,
+            Action::DriverCreateThenTimeout => 3,
             Action::DriverUnavailable => 2,
             Action::DriverLatency => 2,
             Action::DriverCrash => 1,
@@ -345,7 +346,7 @@ async fn apply(
             true
         }
         Action::DriverCreateThenTimeout => {
-            let count = rng.random_range(1..4);
+            let count = rng.random_range(2..7);
             driver_fault(
                 world,
                 "CreateVolume",

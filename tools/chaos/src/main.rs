@@ -29,7 +29,7 @@ struct Args {
     /// Fault families: any of api,watch,driver,kill; or all, none.
     #[arg(long, default_value = "all", value_parser = FaultMix::parse)]
     faults: FaultMix,
-    /// Upper bound of injected driver latency (above the sidecar's 5s --timeout the test
+    /// Upper bound of injected driver latency (above the sidecar's 10s --timeout the test
     /// driver runs requests after their caller gave up; see docs/reliability.md).
     #[arg(long, default_value = "4s", value_parser = parse_duration)]
     driver_latency_max: std::time::Duration,
@@ -42,7 +42,8 @@ struct Args {
     /// Keep the work directory (sidecar, driver logs, ledger) and print its path.
     #[arg(long)]
     keep_logs: bool,
-    /// Run a named scenario instead of a random run: issue-486, issue-1469.
+    /// Run a named scenario instead of a random run: issue-486, issue-1469,
+    /// restart-during-cleanup.
     #[arg(long)]
     scenario: Option<String>,
 }

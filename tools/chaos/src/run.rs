@@ -455,7 +455,8 @@ pub async fn run(testbed: &Testbed, cfg: &ChaosConfig) -> Result<Report, String>
             sidecar: cfg.sidecar,
             replicas: cfg.replicas,
             seed: cfg.seed,
-            csi_timeout: "5s".into(),
+            // Both sidecars' default; injected driver latency stays well below it.
+            csi_timeout: "10s".into(),
             extra_args: Vec::new(),
             keep_dir: cfg.keep_dir,
         },
@@ -539,7 +540,9 @@ pub async fn run(testbed: &Testbed, cfg: &ChaosConfig) -> Result<Report, String>
     let settle_time = started.elapsed() - load_time;
     let live_at_end = snap.claims.len();
     if cfg.teardown_check {
-        invariants.push(teardown_check(&world, &book, cfg.settle).await);
+        // Every live claim now needs a DeleteVolume and a PV deletion.
+        let within = cfg.settle + Duration::from_millis(250) * live_at_end as u32;
+        invariants.push(teardown_check(&world, &book, within).await);
     }
     background.cancel();
     let w = Arc::try_unwrap(world)

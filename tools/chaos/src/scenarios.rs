@@ -10,6 +10,9 @@
 //!   reaches the backend, the claim was deleted and its volume too, so the backend creates a
 //!   new one; saving the PV answers `AlreadyExists` (the old PV is still Terminating), which
 //!   upstream takes for success: the new volume leaks.
+//! - `restart-during-cleanup` (found by our soak): a claim deleted during provisioning is
+//!   being cleaned up; the sidecar dies while its `DeleteVolume` is in flight, the backend
+//!   finishes it. The restarted sidecar must not create the volume again to learn a handle.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,6 +30,7 @@ use crate::world::{Sidecar, StageOptions, Testbed, World};
 pub enum Scenario {
     Issue486,
     Issue1469,
+    RestartDuringCleanup,
 }
 
 impl Scenario {
@@ -34,6 +38,7 @@ impl Scenario {
         match self {
             Scenario::Issue486 => "issue-486",
             Scenario::Issue1469 => "issue-1469",
+            Scenario::RestartDuringCleanup => "restart-during-cleanup",
         }
     }
 }
@@ -44,8 +49,9 @@ impl std::str::FromStr for Scenario {
         match s {
             "issue-486" => Ok(Scenario::Issue486),
             "issue-1469" => Ok(Scenario::Issue1469),
+            "restart-during-cleanup" => Ok(Scenario::RestartDuringCleanup),
             other => Err(format!(
-                "unknown scenario {other:?} (issue-486, issue-1469)"
+                "unknown scenario {other:?} (issue-486, issue-1469, restart-during-cleanup)"
             )),
         }
     }
@@ -83,6 +89,7 @@ pub async fn run(
     let steps = match scenario {
         Scenario::Issue486 => issue_486(&world, &book).await,
         Scenario::Issue1469 => issue_1469(&world, &book).await,
+        Scenario::RestartDuringCleanup => restart_during_cleanup(&world, &book).await,
     };
     faults_off(&world).await;
     let (invariants, snap) = settle(&world, &book, Duration::from_secs(60)).await;
@@ -299,5 +306,84 @@ async fn issue_1469(
         ("api: PV patch/update slowed 12 s", 1),
         ("driver: CreateVolume slowed 8 s", 1),
         ("claim deleted as soon as Bound", 1),
+    ]))
+}
+
+async fn restart_during_cleanup(
+    world: &Arc<tokio::sync::Mutex<World>>,
+    book: &Arc<Book>,
+) -> Result<BTreeMap<&'static str, u64>, String> {
+    let control = world
+        .lock()
+        .await
+        .driver
+        .control()
+        .await
+        .map_err(|e| e.to_string())?;
+    // Every create makes the volume but answers DEADLINE_EXCEEDED: the claim never gets
+    // a PV, so deleting it goes through the cleanup of a claim deleted mid-provisioning.
+    control
+        .set_fault(
+            "CreateVolume",
+            DriverFault::CreateThenDeadlineExceeded { count: 1000 },
+        )
+        .await
+        .map_err(err("arming CreateVolume"))?;
+    control
+        .set_fault("DeleteVolume", DriverFault::Hang)
+        .await
+        .map_err(err("arming DeleteVolume"))?;
+    wait_for_leader(world).await?;
+    create(world, book, "c-cleanup").await?;
+    poll("a first CreateVolume", Duration::from_secs(90), || {
+        let control = &control;
+        async move {
+            let stats = control.stats().await.ok()?;
+            (stats.calls.get("CreateVolume").copied().unwrap_or(0) >= 1).then_some(())
+        }
+    })
+    .await?;
+    delete_now(world, book, "c-cleanup").await;
+    // The cleanup's own CreateVolume answers, so it learns the handle.
+    control
+        .clear_method_faults("CreateVolume")
+        .await
+        .map_err(err("clearing the CreateVolume fault"))?;
+    control
+        .wait_for_hung("DeleteVolume", 1, Duration::from_secs(90))
+        .await
+        .map_err(err("waiting for the cleanup's DeleteVolume"))?;
+    world.lock().await.replicas[0].kill_and_hold();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    control
+        .clear_faults()
+        .await
+        .map_err(err("clearing faults"))?;
+    control
+        .release("DeleteVolume")
+        .await
+        .map_err(err("releasing DeleteVolume"))?;
+    poll(
+        "the backend to finish the DeleteVolume",
+        Duration::from_secs(30),
+        || {
+            let control = &control;
+            async move {
+                let ledger = control.ledger().await.ok()?;
+                (ledger.operations_of("DeleteVolume").any(|op| op.deleted)).then_some(())
+            }
+        },
+    )
+    .await?;
+    world.lock().await.replicas[0].resume();
+    // The restarted sidecar finds the claim still held by the intent.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    Ok(BTreeMap::from([
+        ("driver: CreateVolume done, DEADLINE_EXCEEDED", 1),
+        ("claim deleted while provisioning", 1),
+        ("driver: cleanup's DeleteVolume held", 1),
+        ("sidecar: SIGKILL while DeleteVolume in flight", 1),
+        ("backend finished the DeleteVolume", 1),
+        ("sidecar restarted", 1),
     ]))
 }

@@ -1,7 +1,8 @@
 //! The chaos run in CI: our sidecar, two replicas contending for the Lease, behind the
 //! fault-injecting API proxy, with every fault kind active, must end with zero invariant
 //! violations; and the named upstream failures (#486, #1469) must leave nothing behind with
-//! our sidecar while the upstream sidecar demonstrably leaks in #486.
+//! our sidecar while the upstream sidecar demonstrably leaks in #486; and a cleanup cut
+//! short after its DeleteVolume must not create a second volume (found by the soak).
 //!
 //! Needs the test bed (`make test`, or `cluster.sh up`) and the workspace binaries
 //! (`cargo build --workspace --bins`). A longer soak: `make chaos`.
@@ -108,6 +109,25 @@ async fn issue_1469_late_sync_with_a_missing_pv_creates_no_second_volume_with_ou
         report.proxy.get("watch-hide").copied().unwrap_or(0) >= 1,
         "the new PV was hidden\n{table}"
     );
+    assert_eq!(backend(&report, "volumes created"), 1, "{table}");
+    assert_eq!(report.violations(), 0, "\n{table}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cleanup_interrupted_after_its_delete_volume_creates_no_second_volume() {
+    let report = chaos::scenarios::run(
+        &testbed(),
+        Scenario::RestartDuringCleanup,
+        Sidecar::Ours,
+        7,
+        false,
+    )
+    .await
+    .expect("scenario");
+    let table = report.render();
+    println!("{table}");
+    // The held DeleteVolume was finished by the backend while the sidecar was down.
+    assert!(backend(&report, "volumes deleted") >= 1, "{table}");
     assert_eq!(backend(&report, "volumes created"), 1, "{table}");
     assert_eq!(report.violations(), 0, "\n{table}");
 }
