@@ -121,6 +121,15 @@ async fn shutdown_on_signal(stop: CancellationToken) {
     tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
     tracing::info!("shutting down");
     stop.cancel();
-    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+    // A hard deadline: in-flight calls are bounded by --timeout, so a stop
+    // that takes longer than this is stuck; never hang on shutdown.
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
+        _ = tokio::time::sleep(std::time::Duration::from_secs(30)) => {
+            tracing::error!("shutdown did not finish within 30s; exiting");
+            eprintln!("shutdown did not finish within 30s; exiting");
+        }
+    }
     std::process::exit(1);
 }

@@ -273,8 +273,12 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
                 name: lease_name(&ctx.driver.name),
             })
             .set(0);
-        if result.is_ok() {
-            el.release().await;
+        if result.is_ok()
+            && tokio::time::timeout(Duration::from_secs(5), el.release())
+                .await
+                .is_err()
+        {
+            warn!("releasing the lease timed out");
         }
     }
     class_task.abort();
