@@ -296,23 +296,33 @@ impl World {
                 if !program.is_file() {
                     return Err(format!("{} not found (make testbed)", program.display()));
                 }
-                // Upstream's Lease identity is the host name: replicas on one host would all
-                // believe they lead. Each gets a host name of its own, as pods do.
-                let host = format!("{}-{index}", self.ns);
-                let mut wrapped = vec![
-                    "--uts".to_string(),
-                    "sh".into(),
-                    "-c".into(),
-                    "hostname \"$0\" && exec \"$@\"".into(),
-                    host,
-                    program.display().to_string(),
-                ];
-                wrapped.extend(args);
-                SidecarCommand {
-                    program: PathBuf::from("unshare"),
-                    args: wrapped,
-                    env,
-                    log,
+                if opts.replicas < 2 {
+                    SidecarCommand {
+                        program,
+                        args,
+                        env,
+                        log,
+                    }
+                } else {
+                    // Upstream's Lease identity is the host name: replicas on one host
+                    // would all believe they lead. Each gets a host name of its own (a UTS
+                    // namespace; needs root or CAP_SYS_ADMIN), as pods do.
+                    let host = format!("{}-{index}", self.ns);
+                    let mut wrapped = vec![
+                        "--uts".to_string(),
+                        "sh".into(),
+                        "-c".into(),
+                        "hostname \"$0\" && exec \"$@\"".into(),
+                        host,
+                        program.display().to_string(),
+                    ];
+                    wrapped.extend(args);
+                    SidecarCommand {
+                        program: PathBuf::from("unshare"),
+                        args: wrapped,
+                        env,
+                        log,
+                    }
                 }
             }
         })
