@@ -306,7 +306,9 @@ pub struct LoggingArgs {
     #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
     pub v: u8,
 
-    /// Per-file verbosity, `pattern=N,...` (text format only; repeatable).
+    /// Per-file verbosity, `pattern=N,...`: a pattern matches a source file name
+    /// without `.rs` (`claim`), a path if it has `/`, a module path if it has `::`
+    /// (text format only; repeatable).
     #[arg(long, action = ArgAction::Append, value_parser = parse_vmodule,
           value_name = "PATTERN=N,...")]
     pub vmodule: Vec<VModuleList>,

@@ -38,11 +38,17 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let format = match cfg.logging.format {
-        LogFormat::Text => logging::Format::Text,
-        LogFormat::Json => logging::Format::Json,
-    };
-    logging::init(cfg.logging.verbosity, format);
+    // --log-flush-frequency and --log-*-info-buffer-size are validated but
+    // have nothing to act on: every line is written when it is logged.
+    logging::init(&logging::Options {
+        verbosity: cfg.logging.verbosity,
+        vmodule: cfg.logging.vmodule.clone(),
+        format: match cfg.logging.format {
+            LogFormat::Text => logging::Format::Text,
+            LogFormat::Json => logging::Format::Json,
+        },
+        split_stream: cfg.logging.split_stream,
+    });
 
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

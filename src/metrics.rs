@@ -2,7 +2,16 @@
 //! keep working. One registry is built in `main`; components get an
 //! `Arc<Metrics>` and record into typed families. The `process_*` metrics that
 //! upstream gets from client_golang are read from `/proc` on each scrape.
+//! The `workqueue_*` metrics describe kube-runtime's controllers through the
+//! reconcile and error-policy functions they call ([`WorkQueueMetrics`]).
 
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
@@ -19,6 +28,9 @@ const CSI_OP_BUCKETS: [f64; 13] = [
 const DEFAULT_BUCKETS: [f64; 11] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
+/// Buckets of the work-queue histograms: 1 µs to 1000 s, ×10 each
+/// (upstream: component-base metrics/prometheus/workqueue).
+const WORKQUEUE_BUCKETS: [f64; 10] = [1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CsiOperationLabels {
@@ -43,6 +55,12 @@ pub struct LeaseLabels {
     pub name: String,
 }
 
+/// A work queue, by upstream's queue name (`claims`, `volumes`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    pub name: String,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 pub struct Metrics {
@@ -54,6 +72,13 @@ pub struct Metrics {
     pub delete_failed_total: Family<VolumeLabels, Counter>,
     pub delete_duration: HistogramFamily<VolumeLabels>,
     pub leader_status: Family<LeaseLabels, Gauge>,
+    /// Lease renewals that had to read the Lease first (client-go's slow path).
+    pub leader_slowpath: Family<LeaseLabels, Counter>,
+    pub queue_adds: Family<QueueLabels, Counter>,
+    pub queue_work_duration: HistogramFamily<QueueLabels>,
+    pub queue_retries: Family<QueueLabels, Counter>,
+    /// Reconciles in flight, per queue: read at scrape time.
+    processing: Processing,
 }
 
 fn csi_histogram() -> Histogram {
@@ -62,6 +87,10 @@ fn csi_histogram() -> Histogram {
 
 fn default_histogram() -> Histogram {
     Histogram::new(DEFAULT_BUCKETS)
+}
+
+fn workqueue_histogram() -> Histogram {
+    Histogram::new(WORKQUEUE_BUCKETS)
 }
 
 impl Metrics {
@@ -76,6 +105,11 @@ impl Metrics {
             delete_failed_total: Family::default(),
             delete_duration: Family::new_with_constructor(default_histogram),
             leader_status: Family::default(),
+            leader_slowpath: Family::default(),
+            queue_adds: Family::default(),
+            queue_work_duration: Family::new_with_constructor(workqueue_histogram),
+            queue_retries: Family::default(),
+            processing: Processing::default(),
         };
         registry.register(
             "csi_sidecar_operations_seconds",
@@ -118,13 +152,215 @@ impl Metrics {
             "1 while this replica holds the lease, else 0",
             m.leader_status.clone(),
         );
+        registry.register(
+            "leader_election_slowpath",
+            "Lease renewals that had to read the Lease before updating it, by lease name",
+            m.leader_slowpath.clone(),
+        );
+        registry.register(
+            "workqueue_adds",
+            "Items taken up by a controller (each becomes one reconcile), by queue name",
+            m.queue_adds.clone(),
+        );
+        registry.register(
+            "workqueue_work_duration_seconds",
+            "How long in seconds one reconcile of an item takes",
+            m.queue_work_duration.clone(),
+        );
+        registry.register(
+            "workqueue_retries",
+            "Failed reconciles requeued with per-item backoff",
+            m.queue_retries.clone(),
+        );
+        registry.register_collector(Box::new(m.processing.clone()));
         registry.register_collector(Box::new(ProcessCollector));
         m
+    }
+
+    /// The metrics of the work queue `name` (upstream's queue names), its
+    /// series present (at zero) from now on, as client-go creates them with
+    /// the queue.
+    pub fn work_queue(&self, name: &str) -> WorkQueueMetrics {
+        let labels = QueueLabels { name: name.into() };
+        self.processing
+            .0
+            .lock()
+            .expect("poisoned")
+            .entry(name.into())
+            .or_default();
+        WorkQueueMetrics {
+            name: name.into(),
+            adds: self.queue_adds.get_or_create(&labels).clone(),
+            work_duration: self.queue_work_duration.get_or_create(&labels).clone(),
+            retries: self.queue_retries.get_or_create(&labels).clone(),
+            processing: self.processing.clone(),
+        }
     }
 
     /// A registry-less instance for unit tests and tools.
     pub fn unregistered() -> Metrics {
         Metrics::register(&mut Registry::default())
+    }
+}
+
+/// Start times of the reconciles in flight, by queue name, then by a
+/// per-reconcile id (kube-runtime never runs one object twice at once, but
+/// an id needs no such promise).
+#[derive(Clone, Debug, Default)]
+struct Processing(Arc<Mutex<BTreeMap<String, InFlight>>>);
+
+#[derive(Debug, Default)]
+struct InFlight {
+    next_id: u64,
+    started: HashMap<u64, Instant>,
+}
+
+impl InFlight {
+    /// (sum of the ages, oldest age) in seconds, as client-go's
+    /// `updateUnfinishedWork` computes them.
+    fn ages(&self, now: Instant) -> (f64, f64) {
+        self.started.values().fold((0.0, 0.0), |(sum, oldest), t| {
+            let age = now.saturating_duration_since(*t).as_secs_f64();
+            (sum + age, f64::max(oldest, age))
+        })
+    }
+}
+
+/// `workqueue_unfinished_work_seconds` and
+/// `workqueue_longest_running_processor_seconds`, computed at scrape time
+/// (client-go recomputes them every 500 ms; a scrape never sees them stale).
+impl Collector for Processing {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let now = Instant::now();
+        let (mut unfinished, mut longest) = (Vec::new(), Vec::new());
+        for (name, q) in self.0.lock().expect("poisoned").iter() {
+            let (sum, oldest) = q.ages(now);
+            let labels = QueueLabels { name: name.clone() };
+            unfinished.push((labels.clone(), sum));
+            longest.push((labels, oldest));
+        }
+        let gauges = [
+            (
+                "workqueue_unfinished_work_seconds",
+                "Seconds of work in progress not yet observed by work_duration; \
+                 its rate of increase is the number of stuck reconciles",
+                unfinished,
+            ),
+            (
+                "workqueue_longest_running_processor_seconds",
+                "Seconds the longest-running reconcile of the queue has been running",
+                longest,
+            ),
+        ];
+        for (name, help, values) in gauges {
+            let mut family = encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                prometheus_client::metrics::MetricType::Gauge,
+            )?;
+            for (labels, seconds) in &values {
+                ConstGauge::new(*seconds).encode(family.encode_family(labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One controller's queue as client-go's work-queue metrics describe it.
+/// kube-runtime keeps its queue to itself, so what is measured is what a
+/// controller does with it: each reconcile is one item added and taken
+/// (`workqueue_adds_total`), its duration is the work duration, and every
+/// call of the error policy (a failed reconcile requeued with backoff, as
+/// upstream's `AddRateLimited`) is a retry. See docs/compatibility.md.
+#[derive(Clone)]
+pub struct WorkQueueMetrics {
+    name: String,
+    adds: Counter,
+    work_duration: Histogram,
+    retries: Counter,
+    processing: Processing,
+}
+
+impl WorkQueueMetrics {
+    /// Wraps a reconcile function (`Controller::run`'s first argument).
+    pub fn reconciler<A, B, Fut>(
+        &self,
+        mut reconcile: impl FnMut(A, B) -> Fut,
+    ) -> impl FnMut(A, B) -> BoxFuture<'static, Fut::Output>
+    where
+        Fut: Future + Send + 'static,
+    {
+        let queue = self.clone();
+        move |object, ctx| {
+            let work = queue.start();
+            let reconciled = reconcile(object, ctx);
+            async move {
+                let out = reconciled.await;
+                work.done();
+                out
+            }
+            .boxed()
+        }
+    }
+
+    /// Wraps an error policy (`Controller::run`'s second argument).
+    pub fn error_policy<A, E, C, R>(
+        &self,
+        policy: impl Fn(A, &E, C) -> R,
+    ) -> impl Fn(A, &E, C) -> R {
+        let retries = self.retries.clone();
+        move |object, error: &E, ctx| {
+            retries.inc();
+            policy(object, error, ctx)
+        }
+    }
+
+    /// One item taken up: counted, and in flight until the guard is dropped.
+    fn start(&self) -> Work {
+        self.adds.inc();
+        let started = Instant::now();
+        let mut queues = self.processing.0.lock().expect("poisoned");
+        let q = queues.entry(self.name.clone()).or_default();
+        let id = q.next_id;
+        q.next_id += 1;
+        q.started.insert(id, started);
+        Work {
+            queue: self.clone(),
+            id,
+            started,
+        }
+    }
+}
+
+/// A reconcile in flight. Dropped unfinished (its task cancelled at a
+/// forced shutdown), it leaves the in-flight set without a duration.
+struct Work {
+    queue: WorkQueueMetrics,
+    id: u64,
+    started: Instant,
+}
+
+impl Work {
+    fn done(self) {
+        self.queue
+            .work_duration
+            .observe(self.started.elapsed().as_secs_f64());
+    }
+}
+
+impl Drop for Work {
+    fn drop(&mut self) {
+        if let Some(q) = self
+            .queue
+            .processing
+            .0
+            .lock()
+            .expect("poisoned")
+            .get_mut(&self.queue.name)
+        {
+            q.started.remove(&self.id);
+        }
     }
 }
 
@@ -297,6 +533,166 @@ mod tests {
         assert_eq!(
             parse_boot_time("cpu  1 2 3\nbtime 1700000000\nprocesses 9\n"),
             Some(1_700_000_000)
+        );
+    }
+
+    fn scrape(registry: &Registry) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+        text
+    }
+
+    /// The value of the series `series` (name and labels as exported).
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .map(|v| v.parse().unwrap())
+    }
+
+    #[test]
+    fn work_queue_series_exist_at_zero_once_the_queue_is_named() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        let _claims = m.work_queue("claims");
+        let text = scrape(&registry);
+        for series in [
+            "workqueue_adds_total{name=\"claims\"}",
+            "workqueue_retries_total{name=\"claims\"}",
+            "workqueue_work_duration_seconds_count{name=\"claims\"}",
+            "workqueue_unfinished_work_seconds{name=\"claims\"}",
+            "workqueue_longest_running_processor_seconds{name=\"claims\"}",
+        ] {
+            assert_eq!(sample(&text, series), Some(0.0), "{series} in:\n{text}");
+        }
+        // client-go's buckets: 1 µs to 1000 s, ×10 each.
+        let bounds: Vec<f64> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("workqueue_work_duration_seconds_bucket{le=\""))
+            .map(|l| l.split('"').next().unwrap().parse().unwrap())
+            .collect();
+        let mut want: Vec<f64> = WORKQUEUE_BUCKETS.to_vec();
+        want.push(f64::INFINITY);
+        assert_eq!(bounds, want);
+        assert!(!text.contains("name=\"volumes\""), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_reconcile_is_in_flight_until_it_ends_and_then_counts_its_duration() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        let queue = m.work_queue("volumes");
+        let (finish, finished) = tokio::sync::oneshot::channel::<()>();
+        let finished = Mutex::new(Some(finished));
+        let mut reconcile = queue.reconciler(|n: u32, _ctx: ()| {
+            let wait = finished.lock().unwrap().take();
+            async move {
+                if let Some(w) = wait {
+                    let _ = w.await;
+                }
+                Ok::<u32, String>(n)
+            }
+        });
+        let running = tokio::spawn(reconcile(7, ()));
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let text = scrape(&registry);
+        let unfinished =
+            sample(&text, "workqueue_unfinished_work_seconds{name=\"volumes\"}").unwrap();
+        let longest = sample(
+            &text,
+            "workqueue_longest_running_processor_seconds{name=\"volumes\"}",
+        )
+        .unwrap();
+        assert!(unfinished >= 0.04 && longest >= 0.04, "{text}");
+        assert_eq!(
+            sample(&text, "workqueue_adds_total{name=\"volumes\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                "workqueue_work_duration_seconds_count{name=\"volumes\"}"
+            ),
+            Some(0.0),
+            "not observed while running"
+        );
+
+        finish.send(()).unwrap();
+        assert_eq!(running.await.unwrap(), Ok(7));
+        let quick = reconcile(8, ()).await;
+        assert_eq!(quick, Ok(8));
+        let text = scrape(&registry);
+        assert_eq!(
+            sample(&text, "workqueue_adds_total{name=\"volumes\"}"),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                "workqueue_work_duration_seconds_count{name=\"volumes\"}"
+            ),
+            Some(2.0)
+        );
+        assert!(
+            sample(
+                &text,
+                "workqueue_work_duration_seconds_sum{name=\"volumes\"}"
+            )
+            .unwrap()
+                >= 0.04
+        );
+        assert_eq!(
+            sample(&text, "workqueue_unfinished_work_seconds{name=\"volumes\"}"),
+            Some(0.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                "workqueue_longest_running_processor_seconds{name=\"volumes\"}"
+            ),
+            Some(0.0)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_reconcile_leaves_the_in_flight_set_without_a_duration() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        let queue = m.work_queue("claims");
+        let mut reconcile =
+            queue.reconciler(|_: (), _: ()| std::future::pending::<Result<(), ()>>());
+        let pending = reconcile((), ());
+        assert!(scrape(&registry).contains("workqueue_adds_total{name=\"claims\"} 1"));
+        drop(pending);
+        let text = scrape(&registry);
+        assert_eq!(
+            sample(&text, "workqueue_unfinished_work_seconds{name=\"claims\"}"),
+            Some(0.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                "workqueue_work_duration_seconds_count{name=\"claims\"}"
+            ),
+            Some(0.0)
+        );
+    }
+
+    #[test]
+    fn every_error_policy_call_is_a_retry() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        let queue = m.work_queue("claims");
+        let policy = queue.error_policy(|n: u32, e: &String, _: ()| n + e.len() as u32);
+        assert_eq!(policy(1, &"ab".to_string(), ()), 3);
+        assert_eq!(policy(1, &String::new(), ()), 1);
+        let text = scrape(&registry);
+        assert_eq!(
+            sample(&text, "workqueue_retries_total{name=\"claims\"}"),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample(&text, "workqueue_adds_total{name=\"claims\"}"),
+            Some(0.0)
         );
     }
 

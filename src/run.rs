@@ -163,7 +163,8 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
                     retry_period: le.retry_period,
                     labels: le.labels.clone(),
                 },
-            );
+            )
+            .with_metrics(&metrics);
             (elector.gate(), Some(elector))
         }
     };
@@ -222,6 +223,9 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
     let (claim_store, claim_writer) = reflector::store();
     let (volume_store, volume_writer) = reflector::store();
     let workers = controller::Config::default().concurrency(cfg.worker_threads as u16);
+    // Upstream's work-queue names, as the workqueue_* metrics label them.
+    let claim_queue = metrics.work_queue("claims");
+    let volume_queue = metrics.work_queue("volumes");
     let shutdown = stop.clone();
     let claims = Controller::for_stream(
         cached_stream::<PersistentVolumeClaim>(&client, claim_writer),
@@ -229,7 +233,11 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
     )
     .with_config(workers.clone())
     .graceful_shutdown_on(async move { shutdown.cancelled().await })
-    .run(claim::reconcile, claim::error_policy, ctx.clone())
+    .run(
+        claim_queue.reconciler(claim::reconcile),
+        claim_queue.error_policy(claim::error_policy),
+        ctx.clone(),
+    )
     .for_each(|_| async {});
     let shutdown = stop.clone();
     let volumes = Controller::for_stream(
@@ -238,7 +246,11 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
     )
     .with_config(workers)
     .graceful_shutdown_on(async move { shutdown.cancelled().await })
-    .run(volume::reconcile, volume::error_policy, ctx.clone())
+    .run(
+        volume_queue.reconciler(volume::reconcile),
+        volume_queue.error_policy(volume::error_policy),
+        ctx.clone(),
+    )
     .for_each(|_| async {});
 
     // Classes must be known before claims are judged; wait for the first list.

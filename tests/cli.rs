@@ -134,3 +134,73 @@ async fn a_driver_socket_that_never_appears_stops_the_process_with_one_reason() 
         "the last line says why: {last:?}\n{log}"
     );
 }
+
+/// `--vmodule` raises the verbosity of the matching sources only: the CSI
+/// client's debug line "CSI connect failed; retrying" (src/csi/client.rs,
+/// logged every 200 ms while the socket is missing) shows with a pattern for
+/// that file or module, and not with `-v=0` alone or a pattern for another file.
+#[tokio::test]
+async fn vmodule_raises_verbosity_for_matching_files_and_modules_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("never.sock");
+    let start = |extra: &[&str]| {
+        ChildProcess::spawn(
+            Command::new(workspace_bin("csi-provisioner"))
+                .arg(format!("--csi-address={}", socket.display()))
+                .args(extra),
+        )
+    };
+    let mut runs = vec![
+        (start(&["--vmodule=client=5"]), true),
+        (start(&["-vmodule=cli*=5,volume=7"]), true),
+        (start(&["--vmodule=csi_provisioner::csi::*=5"]), true),
+        (start(&["--vmodule=volume=9"]), false),
+        (start(&["--vmodule=client=4"]), false),
+        (start(&[]), false),
+    ];
+    // The line is logged every 200 ms from start-up; a second is plenty.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for (sidecar, shown) in &mut runs {
+        assert!(sidecar.is_running(), "{}", sidecar.log_contents());
+        sidecar.kill();
+        let log = sidecar.log_contents();
+        assert_eq!(
+            log.contains("CSI connect failed; retrying"),
+            *shown,
+            "{:?}:\n{log}",
+            sidecar.log_path()
+        );
+    }
+}
+
+/// With the alpha split stream, info and debug lines go to stdout and only
+/// errors to stderr (upstream: `--log-text-split-stream`).
+#[test]
+fn split_stream_sends_non_errors_to_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stdout, stderr) = (dir.path().join("stdout"), dir.path().join("stderr"));
+    let mut child = Command::new(workspace_bin("csi-provisioner"))
+        .args([
+            &format!("--csi-address={}", dir.path().join("never.sock").display()),
+            "-v=5",
+            "--feature-gates=LoggingAlphaOptions=true",
+            "--log-text-split-stream",
+        ])
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&stdout).unwrap())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .expect("running csi-provisioner");
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = child.kill();
+    child.wait().unwrap();
+    let (out, err) = (
+        std::fs::read_to_string(&stdout).unwrap(),
+        std::fs::read_to_string(&stderr).unwrap(),
+    );
+    assert!(
+        out.contains("CSI connect failed; retrying"),
+        "stdout: {out}"
+    );
+    assert!(err.is_empty(), "stderr: {err}");
+}

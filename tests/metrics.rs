@@ -2,7 +2,9 @@
 //! provisioned and deleted, `/metrics` shows upstream's metric names and labels
 //! with values that moved (cross-checked against the driver's ledger);
 //! `--metrics-path` moves the handler; `/healthz/leader-election` answers with
-//! `--leader-election`; `--metrics-address` is the deprecated alias.
+//! `--leader-election`; `--metrics-address` is the deprecated alias. The
+//! `workqueue_*` series of the `claims` and `volumes` queues count reconciles,
+//! their durations and the retries of failed ones.
 
 mod support;
 
@@ -11,6 +13,7 @@ use std::net::TcpListener;
 
 use csi_provisioner::kube::lease::lease_name;
 use csi_test_driver::code::GrpcCode;
+use csi_test_driver::control::Fault;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -126,6 +129,31 @@ fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
     );
     found.first().map_or(0.0, |s| s.value)
 }
+
+/// Whether a sample named `name` with (at least) `labels` is exported.
+fn exported(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> bool {
+    samples.iter().any(|s| {
+        s.name == name
+            && labels
+                .iter()
+                .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+    })
+}
+
+/// client-go's work-queue histogram buckets: 1 µs to 1000 s, ×10 each.
+const WORKQUEUE_BUCKETS: [f64; 11] = [
+    1e-6,
+    1e-5,
+    1e-4,
+    1e-3,
+    1e-2,
+    1e-1,
+    1.0,
+    10.0,
+    100.0,
+    1000.0,
+    f64::INFINITY,
+];
 
 #[tokio::test]
 async fn metrics_move_after_a_claim_is_provisioned_and_deleted() {
@@ -312,6 +340,50 @@ async fn metrics_move_after_a_claim_is_provisioned_and_deleted() {
         1.0
     );
 
+    // The work queues, under upstream's queue names. The sidecar watches every
+    // claim and PV of the shared cluster, so other tests' objects count too:
+    // only lower bounds hold.
+    for queue in ["claims", "volumes"] {
+        let q = [("name", queue)];
+        let adds = value(&samples, "workqueue_adds_total", &q);
+        let done = value(&samples, "workqueue_work_duration_seconds_count", &q);
+        assert!(adds >= 1.0, "{queue}: adds {adds}\n{}", reply.body);
+        assert!(
+            done >= 1.0 && done <= adds,
+            "{queue}: {done} reconciles done of {adds} started"
+        );
+        assert!(value(&samples, "workqueue_work_duration_seconds_sum", &q) > 0.0);
+        let bounds: Vec<f64> = samples
+            .iter()
+            .filter(|s| {
+                s.name == "workqueue_work_duration_seconds_bucket"
+                    && s.labels.get("name").map(String::as_str) == Some(queue)
+            })
+            .map(|s| s.labels["le"].parse().expect("numeric le"))
+            .collect();
+        assert_eq!(bounds, WORKQUEUE_BUCKETS, "{queue}: bucket bounds");
+        for gauge in [
+            "workqueue_unfinished_work_seconds",
+            "workqueue_longest_running_processor_seconds",
+        ] {
+            assert!(
+                exported(&samples, gauge, &q),
+                "{gauge}{q:?}\n{}",
+                reply.body
+            );
+            assert!(value(&samples, gauge, &q) >= 0.0);
+        }
+        assert!(exported(&samples, "workqueue_retries_total", &q));
+    }
+    assert!(
+        reply.body.contains("# TYPE workqueue_adds_total counter"),
+        "{}",
+        reply.body
+    );
+    // Not measurable through kube-runtime's controller (docs/compatibility.md).
+    assert!(!reply.body.contains("workqueue_depth"));
+    assert!(!reply.body.contains("workqueue_queue_duration_seconds"));
+
     // Process metrics, as client_golang exports them.
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -346,6 +418,53 @@ async fn metrics_move_after_a_claim_is_provisioned_and_deleted() {
         ),
         1.0
     );
+    rig.cleanup().await;
+}
+
+#[tokio::test]
+async fn failed_provisioning_attempts_are_work_queue_retries() {
+    let address = free_address();
+    let rig = Rig::builder("metrics-wq")
+        .sidecar_args(&[
+            &format!("--http-endpoint={address}"),
+            "--retry-interval-start=200ms",
+            "--retry-interval-max=1s",
+        ])
+        .start()
+        .await;
+    wait_serving(&rig, &address, "/metrics").await;
+    rig.control
+        .set_fault(
+            "CreateVolume",
+            Fault::Error {
+                code: GrpcCode::Internal,
+                count: 2,
+                message: Some("injected for the test".into()),
+            },
+        )
+        .await
+        .unwrap();
+    rig.create_claim(rig.claim("data")).await;
+    rig.wait_bound("data").await;
+
+    let failed = rig
+        .ledger()
+        .await
+        .operations_of("CreateVolume")
+        .filter(|op| op.code != GrpcCode::Ok)
+        .count() as f64;
+    assert_eq!(failed, 2.0);
+    let samples = parse(&get(&address, "/metrics", None).await.unwrap().body);
+    let claims = [("name", "claims")];
+    let retries = value(&samples, "workqueue_retries_total", &claims);
+    // Each failed attempt went through the error policy and was retried: a
+    // reconcile of its own. (Other tests' claims may add to both.)
+    assert!(
+        retries >= failed,
+        "{retries} retries, {failed} failed calls"
+    );
+    assert!(value(&samples, "workqueue_adds_total", &claims) >= failed + 1.0);
+    assert!(value(&samples, "workqueue_work_duration_seconds_count", &claims) >= failed + 1.0);
     rig.cleanup().await;
 }
 

@@ -8,6 +8,11 @@
 //! only until `renew_deadline` after the last successful renewal, so a replica
 //! that cannot reach the API server stops acting before anyone else can take
 //! over (lease duration > renew deadline).
+//!
+//! A leader renews as client-go does: first an optimistic update of the Lease
+//! it last wrote (one request; its `resourceVersion` fences it), and only if
+//! that fails the slow path, a read then an update, counted in
+//! `leader_election_slowpath_total`.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -18,10 +23,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
 use kube::{Api, Client};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::is_status;
+use crate::metrics::{LeaseLabels, Metrics};
 
 #[derive(Clone, Debug)]
 pub struct LeaseConfig {
@@ -113,6 +121,10 @@ pub struct Elector {
     gate: LeaderGate,
     /// The record as last observed, and when we observed it change.
     observed: Option<(LeaseSpec, Instant)>,
+    /// The Lease as last read or written: the base of an optimistic renewal.
+    last: Option<Lease>,
+    /// `leader_election_slowpath_total` and this Lease's series in it.
+    slowpath: Option<(Family<LeaseLabels, Counter>, LeaseLabels)>,
 }
 
 impl Elector {
@@ -122,6 +134,24 @@ impl Elector {
             config,
             gate: LeaderGate::elected(),
             observed: None,
+            last: None,
+            slowpath: None,
+        }
+    }
+
+    /// Counts slow-path renewals in `metrics` (labelled with the Lease name).
+    /// As client-go, the series appears with the first slow path.
+    pub fn with_metrics(mut self, metrics: &Metrics) -> Elector {
+        let labels = LeaseLabels {
+            name: self.config.name.clone(),
+        };
+        self.slowpath = Some((metrics.leader_slowpath.clone(), labels));
+        self
+    }
+
+    fn count_slow_path(&self) {
+        if let Some((family, labels)) = &self.slowpath {
+            family.get_or_create(labels).inc();
         }
     }
 
@@ -187,9 +217,25 @@ impl Elector {
     }
 
     /// One client-go style attempt: `Ok(true)` when we hold the Lease after it.
+    /// upstream: client-go leaderelection.go tryAcquireOrRenew.
     async fn try_acquire_or_renew(&mut self) -> Result<bool, kube::Error> {
         let now = Timestamp::now();
         let duration_s = self.config.lease_duration.as_secs().max(1) as i32;
+        // Fast path: while our own term is valid, update the Lease we last
+        // saw without reading it; a concurrent writer makes that a 409.
+        if let Some(lease) = self.optimistic_renewal(now, duration_s) {
+            match self
+                .api
+                .replace(&self.config.name, &PostParams::default(), &lease)
+                .await
+            {
+                Ok(l) => {
+                    self.remember_written(l);
+                    return Ok(true);
+                }
+                Err(e) => warn!(error = %e, "optimistic lease renewal failed; reading the lease"),
+            }
+        }
         let existing = match self.api.get(&self.config.name).await {
             Ok(l) => Some(l),
             Err(e) if is_status(&e, 404) => None,
@@ -214,13 +260,14 @@ impl Elector {
             };
             return match self.api.create(&PostParams::default(), &lease).await {
                 Ok(l) => {
-                    self.observed = l.spec.map(|s| (s, Instant::now()));
+                    self.remember_written(l);
                     Ok(true)
                 }
                 Err(e) if is_status(&e, 409) => Ok(false),
                 Err(e) => Err(e),
             };
         };
+        self.last = Some(lease.clone());
         let spec = lease.spec.clone().unwrap_or_default();
         let changed = self.observed.as_ref().is_none_or(|(s, _)| s != &spec);
         if changed {
@@ -238,6 +285,10 @@ impl Elector {
         let expired = holder.is_empty() || observed_at.elapsed() >= their_duration;
         if !held_by_me && !expired {
             return Ok(false);
+        }
+        if held_by_me {
+            // Renewing our own term took a read: client-go's slow path.
+            self.count_slow_path();
         }
         let mut new_spec = spec.clone();
         new_spec.holder_identity = Some(self.config.identity.clone());
@@ -259,12 +310,39 @@ impl Elector {
             .await
         {
             Ok(l) => {
-                self.observed = l.spec.map(|s| (s, Instant::now()));
+                self.remember_written(l);
                 Ok(true)
             }
             Err(e) if is_status(&e, 409) => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    fn remember_written(&mut self, lease: Lease) {
+        self.observed = lease.spec.clone().map(|s| (s, Instant::now()));
+        self.last = Some(lease);
+    }
+
+    /// The renewal to send without reading first, when we hold the Lease and
+    /// our term has not run out since we last saw it (client-go: `IsLeader()
+    /// && isLeaseValid(now)`); `None` means read first (the slow path).
+    fn optimistic_renewal(&self, now: Timestamp, duration_s: i32) -> Option<Lease> {
+        let (spec, seen_at) = self.observed.as_ref()?;
+        let term = Duration::from_secs(spec.lease_duration_seconds.unwrap_or(0).max(0) as u64);
+        if spec.holder_identity.as_deref() != Some(self.config.identity.as_str())
+            || seen_at.elapsed() >= term
+        {
+            return None;
+        }
+        let mut lease = self.last.clone()?;
+        let renewed = lease.spec.get_or_insert_with(Default::default);
+        renewed.lease_duration_seconds = Some(duration_s);
+        renewed.renew_time = Some(MicroTime(now));
+        if !self.config.labels.is_empty() {
+            let labels = lease.metadata.labels.get_or_insert_with(BTreeMap::new);
+            labels.extend(self.config.labels.clone());
+        }
+        Some(lease)
     }
 
     /// Gives the Lease up on shutdown so a standby takes over at once: an
@@ -304,6 +382,163 @@ fn jittered(d: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An API server holding one Lease, with optimistic concurrency, that
+    /// logs the verb of every request.
+    #[derive(Clone, Default)]
+    struct FakeLeases {
+        lease: Arc<Mutex<Option<serde_json::Value>>>,
+        version: Arc<Mutex<u64>>,
+        verbs: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl FakeLeases {
+        fn client(&self) -> Client {
+            let fake = self.clone();
+            let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+                let fake = fake.clone();
+                async move { Ok::<_, std::convert::Infallible>(fake.answer(req).await) }
+            });
+            Client::new(service, "default")
+        }
+
+        async fn answer(
+            &self,
+            req: http::Request<kube::client::Body>,
+        ) -> http::Response<kube::client::Body> {
+            use http_body_util::BodyExt;
+            let method = req.method().to_string();
+            self.verbs.lock().unwrap().push(method.clone());
+            let body = req.into_body().collect().await.unwrap().to_bytes();
+            let mut stored = self.lease.lock().unwrap();
+            let (code, reply) = match (method.as_str(), stored.as_ref()) {
+                ("GET", Some(l)) => (200, l.clone()),
+                ("GET", None) => (404, status(404, "NotFound")),
+                ("POST", Some(_)) => (409, status(409, "AlreadyExists")),
+                ("PUT", None) => (404, status(404, "NotFound")),
+                ("POST", None) | ("PUT", Some(_)) => {
+                    let mut new: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                    let current_rv = stored
+                        .as_ref()
+                        .map(|l| l["metadata"]["resourceVersion"].clone());
+                    if method == "PUT"
+                        && Some(new["metadata"]["resourceVersion"].clone()) != current_rv
+                    {
+                        (409, status(409, "Conflict"))
+                    } else {
+                        new["metadata"]["resourceVersion"] = self.bump().into();
+                        *stored = Some(new.clone());
+                        (200, new)
+                    }
+                }
+                _ => (405, status(405, "MethodNotAllowed")),
+            };
+            http::Response::builder()
+                .status(code)
+                .header("content-type", "application/json")
+                .body(kube::client::Body::from(
+                    serde_json::to_vec(&reply).unwrap(),
+                ))
+                .unwrap()
+        }
+
+        fn bump(&self) -> String {
+            let mut v = self.version.lock().unwrap();
+            *v += 1;
+            v.to_string()
+        }
+
+        /// Another writer changes the Lease (new resourceVersion).
+        fn edit(&self, change: impl FnOnce(&mut serde_json::Value)) {
+            let mut stored = self.lease.lock().unwrap();
+            let lease = stored.as_mut().unwrap();
+            change(lease);
+            lease["metadata"]["resourceVersion"] = self.bump().into();
+        }
+
+        fn take_verbs(&self) -> Vec<String> {
+            std::mem::take(&mut *self.verbs.lock().unwrap())
+        }
+    }
+
+    fn status(code: u16, reason: &str) -> serde_json::Value {
+        serde_json::json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {},
+            "status": "Failure", "reason": reason, "code": code, "message": reason,
+        })
+    }
+
+    fn slow_paths(registry: &prometheus_client::registry::Registry) -> Option<String> {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+        text.lines()
+            .find(|l| l.starts_with("leader_election_slowpath_total{"))
+            .map(str::to_string)
+    }
+
+    #[tokio::test]
+    async fn a_leader_renews_with_one_update_and_counts_the_slow_path_when_that_fails() {
+        let fake = FakeLeases::default();
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let mut elector = Elector::new(
+            fake.client(),
+            LeaseConfig {
+                name: "example-csi".into(),
+                namespace: "default".into(),
+                identity: "me".into(),
+                lease_duration: Duration::from_secs(15),
+                renew_deadline: Duration::from_secs(10),
+                retry_period: Duration::from_secs(2),
+                labels: BTreeMap::new(),
+            },
+        )
+        .with_metrics(&metrics);
+
+        assert!(elector.try_acquire_or_renew().await.unwrap());
+        assert_eq!(fake.take_verbs(), ["GET", "POST"], "acquiring reads first");
+        assert!(elector.try_acquire_or_renew().await.unwrap());
+        assert_eq!(
+            fake.take_verbs(),
+            ["PUT"],
+            "renewing our own term needs no read"
+        );
+        assert_eq!(
+            slow_paths(&registry),
+            None,
+            "as client-go: no series before a slow path"
+        );
+
+        // Someone touched the Lease (still ours): the blind update conflicts,
+        // the read shows it is ours, the renewal goes through the slow path.
+        fake.edit(|l| l["metadata"]["labels"] = serde_json::json!({"touched": "yes"}));
+        assert!(elector.try_acquire_or_renew().await.unwrap());
+        assert_eq!(fake.take_verbs(), ["PUT", "GET", "PUT"]);
+        assert_eq!(
+            slow_paths(&registry).as_deref(),
+            Some("leader_election_slowpath_total{name=\"example-csi\"} 1")
+        );
+        assert_eq!(
+            fake.lease.lock().unwrap().as_ref().unwrap()["metadata"]["labels"]["touched"],
+            "yes",
+            "the slow path keeps what the other writer wrote"
+        );
+
+        // Taken over by another holder: the conflict is not papered over.
+        fake.edit(|l| l["spec"]["holderIdentity"] = "other".into());
+        assert!(!elector.try_acquire_or_renew().await.unwrap());
+        assert_eq!(fake.take_verbs(), ["PUT", "GET"]);
+        assert_eq!(
+            slow_paths(&registry).as_deref(),
+            Some("leader_election_slowpath_total{name=\"example-csi\"} 1"),
+            "only renewals of our own term count"
+        );
+        assert!(
+            elector.try_acquire_or_renew().await.is_ok_and(|held| !held),
+            "a standby reads before every attempt"
+        );
+        assert_eq!(fake.take_verbs(), ["GET"]);
+    }
 
     #[test]
     fn lease_names_match_upstream() {
