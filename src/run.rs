@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::{Controller, WatchStreamExt, controller, reflector, watcher};
@@ -204,6 +204,8 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
     let (classes, class_writer) = reflector::store();
     let class_stream = cached_stream::<StorageClass>(&client, class_writer).for_each(|_| async {});
 
+    let (claim_store, claim_writer) = reflector::store();
+    let (volume_store, volume_writer) = reflector::store();
     let ctx = Arc::new(Context {
         client: client.clone(),
         csi,
@@ -218,10 +220,12 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
         created: Mutex::new(HashMap::new()),
         infeasible: Mutex::new(HashMap::new()),
         started: Mutex::new(HashMap::new()),
+        volumes: volume_store.clone(),
+        saved: Default::default(),
+        intent_dropped: Default::default(),
+        deleted: Default::default(),
     });
 
-    let (claim_store, claim_writer) = reflector::store();
-    let (volume_store, volume_writer) = reflector::store();
     let workers = controller::Config::default().concurrency(cfg.worker_threads as u16);
     // Upstream's work-queue names, as the workqueue_* metrics label them.
     let claim_queue = metrics.work_queue("claims");
@@ -229,7 +233,7 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
     let shutdown = stop.clone();
     let claims = Controller::for_stream(
         cached_stream::<PersistentVolumeClaim>(&client, claim_writer),
-        claim_store,
+        claim_store.clone(),
     )
     .with_config(workers.clone())
     .graceful_shutdown_on(async move { shutdown.cancelled().await })
@@ -239,10 +243,11 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
         ctx.clone(),
     )
     .for_each(|_| async {});
+    let claims = until_done_or_stopped_unready(claims, claim_store, stop.clone());
     let shutdown = stop.clone();
     let volumes = Controller::for_stream(
         cached_stream::<PersistentVolume>(&client, volume_writer),
-        volume_store,
+        volume_store.clone(),
     )
     .with_config(workers)
     .graceful_shutdown_on(async move { shutdown.cancelled().await })
@@ -252,10 +257,14 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
         ctx.clone(),
     )
     .for_each(|_| async {});
+    let volumes = until_done_or_stopped_unready(volumes, volume_store, stop.clone());
 
     // Classes must be known before claims are judged; wait for the first list.
     let class_task = tokio::spawn(class_stream);
-    classes.wait_until_ready().await.ok();
+    tokio::select! {
+        _ = classes.wait_until_ready() => {}
+        _ = stop.cancelled() => {}
+    }
     info!("started");
 
     // Stop (SIGTERM) lets in-flight reconciles finish, then gives the Lease
@@ -278,6 +287,8 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
             },
         },
     };
+    // Events of the last reconciles go out before the process does.
+    ctx.recorder.flush(Duration::from_secs(2)).await;
     if let Some(el) = elector.as_mut() {
         metrics
             .leader_status
@@ -313,6 +324,31 @@ impl LeaderHealth for GateHealth {
             )),
             _ => Ok(()),
         }
+    }
+}
+
+/// Runs a controller until it finishes its graceful shutdown, or until `stop`
+/// fires while its cache has not finished the first list. kube-runtime holds
+/// every reconcile until the cache is ready, and its graceful shutdown cuts
+/// the watch stream that would make it ready, so a controller stopped that
+/// early never ends on its own. Nothing ran in it, so dropping it is safe.
+async fn until_done_or_stopped_unready<K>(
+    controller: impl std::future::Future<Output = ()>,
+    store: reflector::Store<K>,
+    stop: CancellationToken,
+) where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    let stopped_unready = async {
+        stop.cancelled().await;
+        if !matches!(store.wait_until_ready().now_or_never(), Some(Ok(()))) {
+            return;
+        }
+        std::future::pending::<()>().await
+    };
+    tokio::select! {
+        _ = controller => {}
+        _ = stopped_unready => info!("stopped before the first list finished"),
     }
 }
 
@@ -377,4 +413,51 @@ fn hostname() -> String {
 
 fn sanitize(s: &str) -> String {
     lease_name(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    #[tokio::test]
+    async fn a_controller_stopped_before_its_first_list_ends_at_once() {
+        let (store, _writer) = reflector::store::<ConfigMap>();
+        let stop = CancellationToken::new();
+        stop.cancel();
+        // The controller itself would never end (kube-runtime holds it until
+        // the cache is ready, which cannot happen any more).
+        let ended = tokio::time::timeout(
+            Duration::from_secs(5),
+            until_done_or_stopped_unready(std::future::pending(), store, stop),
+        )
+        .await;
+        assert!(
+            ended.is_ok(),
+            "a stop before the first list must end the run"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_ready_controller_is_left_to_finish_its_graceful_shutdown() {
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let stop = CancellationToken::new();
+        stop.cancel();
+        let (finish, finished) = tokio::sync::oneshot::channel::<()>();
+        let run = tokio::spawn(until_done_or_stopped_unready(
+            async {
+                let _ = finished.await;
+            },
+            store,
+            stop,
+        ));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!run.is_finished(), "in-flight work must not be cut off");
+        finish.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), run)
+            .await
+            .expect("ends once the controller does")
+            .unwrap();
+    }
 }
