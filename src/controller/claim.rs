@@ -110,6 +110,11 @@ pub async fn reconcile(
     claim: Arc<PersistentVolumeClaim>,
     ctx: Arc<Context>,
 ) -> Result<Action, ClaimError> {
+    if !has_finalizer(claim.as_ref(), keys::FINALIZER_PVC_INTENT)
+        && let Some(uid) = claim.uid()
+    {
+        ctx.intent_dropped.remove(&uid);
+    }
     let action = match work_for(&claim, &ctx.driver.name) {
         Work::Nothing => Action::await_change(),
         Work::DropIntent => {
@@ -201,8 +206,13 @@ async fn provision(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Acti
         Err(e) => return Err(fail(ctx, cached, e.into()).await),
     };
 
-    // The PV, by its deterministic name, from the API server: a stale cache
-    // must never make us create a second volume for a claim that has one.
+    // A PV of this claim that we saved, or that the cache shows, settles it
+    // without a request (a PV seen bound to this UID existed). Otherwise the
+    // PV by its deterministic name, from the API server: a stale cache must
+    // never make us create a second volume for a claim that has one.
+    if ctx.pv_known_for(&prepared.pv_name, &uid) {
+        return provisioned_before(ctx, cached).await;
+    }
     if let Some(pv) = get_fresh(&ctx.pv_api(), &prepared.pv_name).await? {
         return already_provisioned(ctx, cached, &pv).await;
     }
@@ -300,14 +310,12 @@ async fn provision(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Acti
             .get_or_create(&labels)
             .observe(t0.elapsed().as_secs_f64());
     }
-    ctx.recorder
-        .record(
-            &claim,
-            EventType::Normal,
-            "ProvisioningSucceeded",
-            &format!("Successfully provisioned volume {}", prepared.pv_name),
-        )
-        .await;
+    ctx.recorder.record(
+        &claim,
+        EventType::Normal,
+        "ProvisioningSucceeded",
+        &format!("Successfully provisioned volume {}", prepared.pv_name),
+    );
     info!(claim = %key(&claim), pv = %prepared.pv_name, "provisioned");
     // If this fails, the retry finds the claim bound (or the PV saved) and
     // only drops the intent.
@@ -343,18 +351,28 @@ async fn already_provisioned(
         .and_then(|r| r.uid.clone())
         .unwrap_or_default();
     if Some(owner.as_str()) == claim.uid().as_deref() {
-        drop_intent(ctx, claim).await?;
-        ctx.started
-            .lock()
-            .expect("poisoned")
-            .remove(&claim.uid().unwrap_or_default());
-        return Ok(Action::await_change());
+        ctx.saved.insert(&pv.name_any());
+        return provisioned_before(ctx, claim).await;
     }
     let err = ClaimError::PvOfAnotherClaim {
         name: pv.name_any(),
         other: owner,
     };
     fail(ctx, claim, err).await;
+    Ok(Action::await_change())
+}
+
+/// The claim's PV was saved earlier: only the intent may be left to drop.
+async fn provisioned_before(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+) -> Result<Action, ClaimError> {
+    debug!(claim = %key(claim), "its PV exists: nothing to provision");
+    drop_intent(ctx, claim).await?;
+    ctx.started
+        .lock()
+        .expect("poisoned")
+        .remove(&claim.uid().unwrap_or_default());
     Ok(Action::await_change())
 }
 
@@ -392,8 +410,7 @@ async fn create_volume(
             key(claim)
         );
         ctx.recorder
-            .record(claim, EventType::Normal, "Provisioning", &msg)
-            .await;
+            .record(claim, EventType::Normal, "Provisioning", &msg);
     }
     match ctx.csi.create_volume(request).await {
         Ok(resp) => {
@@ -435,8 +452,7 @@ async fn create_volume(
                         "Volume provisioning failed with infeasible error. Retries will be delayed. {err}"
                     );
                     ctx.recorder
-                        .record(claim, EventType::Warning, "ProvisioningFailed", &msg)
-                        .await;
+                        .record(claim, EventType::Warning, "ProvisioningFailed", &msg);
                     Err(err)
                 }
                 CsiErrorClass::Reschedule => {
@@ -455,14 +471,12 @@ async fn fail(ctx: &Context, claim: &PersistentVolumeClaim, err: ClaimError) -> 
         .provision_failed_total
         .get_or_create(&labels(claim))
         .inc();
-    ctx.recorder
-        .record(
-            claim,
-            EventType::Warning,
-            "ProvisioningFailed",
-            &err.to_string(),
-        )
-        .await;
+    ctx.recorder.record(
+        claim,
+        EventType::Warning,
+        "ProvisioningFailed",
+        &err.to_string(),
+    );
     err
 }
 
@@ -495,7 +509,10 @@ async fn save_pv(
 ) -> Result<(), ClaimError> {
     let name = pv.name_any();
     match ctx.pv_api().create(&PostParams::default(), &pv).await {
-        Ok(_) => Ok(()),
+        Ok(_) => {
+            ctx.saved.insert(&name);
+            Ok(())
+        }
         Err(e) if is_status(&e, 409) => {
             let Some(existing) = get_fresh(&ctx.pv_api(), &name).await? else {
                 // Deleted between our create and get: try again.
@@ -507,6 +524,7 @@ async fn save_pv(
                 .and_then(|s| s.claim_ref.as_ref())
                 .and_then(|r| r.uid.clone());
             if owner == claim.uid() {
+                ctx.saved.insert(&name);
                 Ok(())
             } else {
                 let err = ClaimError::PvOfAnotherClaim {
@@ -520,15 +538,24 @@ async fn save_pv(
     }
 }
 
+/// Removes the intent finalizer, unless this process already did: once the
+/// PV is saved nothing adds it again, so a stale copy that still shows it
+/// needs no second patch.
 async fn drop_intent(ctx: &Context, claim: &PersistentVolumeClaim) -> Result<(), ClaimError> {
-    if has_finalizer(claim, keys::FINALIZER_PVC_INTENT) {
-        remove_finalizer(
-            &claims(ctx, &claim.namespace().unwrap_or_default()),
-            claim,
-            keys::FINALIZER_PVC_INTENT,
-        )
-        .await?;
+    if !has_finalizer(claim, keys::FINALIZER_PVC_INTENT) {
+        return Ok(());
     }
+    let uid = claim.uid().unwrap_or_default();
+    if ctx.intent_dropped.contains(&uid) {
+        return Ok(());
+    }
+    remove_finalizer(
+        &claims(ctx, &claim.namespace().unwrap_or_default()),
+        claim,
+        keys::FINALIZER_PVC_INTENT,
+    )
+    .await?;
+    ctx.intent_dropped.insert(&uid);
     Ok(())
 }
 
@@ -600,14 +627,12 @@ async fn abandon(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Action
                 // cannot learn its handle. Keep the claim rather than leak.
                 let err = ClaimError::CreateVolume(s);
                 let msg = format!("cannot clean up the volume of deleted claim: {err}");
-                ctx.recorder
-                    .record(
-                        &claim,
-                        EventType::Warning,
-                        "ProvisioningCleanupFailed",
-                        &msg,
-                    )
-                    .await;
+                ctx.recorder.record(
+                    &claim,
+                    EventType::Warning,
+                    "ProvisioningCleanupFailed",
+                    &msg,
+                );
                 return Err(err);
             }
             Err(ClaimError::CreateVolume(s)) if !classify(s.code(), false).volume_may_exist() => {

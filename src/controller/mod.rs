@@ -10,7 +10,7 @@ pub mod claim;
 mod topology;
 pub mod volume;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -46,6 +46,48 @@ pub struct Context {
     pub infeasible: Mutex<HashMap<String, (Instant, String)>>,
     /// First provisioning attempt per claim UID, for the duration metric.
     pub started: Mutex<HashMap<String, Instant>>,
+    /// The PV cache: finds "this claim's PV exists" without a request. Only
+    /// ever trusted for that answer (a PV once seen bound to the claim's UID
+    /// did exist); "no PV" is always confirmed by the API server.
+    pub volumes: Store<PersistentVolume>,
+    /// PVs this process saved (or found saved) that the PV cache may not show
+    /// yet, by name; an entry goes once the cache has the PV.
+    pub saved: Remembered,
+    /// Claims (UIDs) whose intent finalizer this process removed, so a stale
+    /// cached copy that still shows it costs no second patch. An entry goes
+    /// once the cache shows the claim without it.
+    pub intent_dropped: Remembered,
+    /// PVs (UIDs) whose deletion this process finished, so a stale cached
+    /// copy that still shows them Released with our finalizer costs no
+    /// second read. An entry goes once the cache shows the PV without it.
+    pub deleted: Remembered,
+}
+
+/// A set of names this process knows to be done. The sets only save requests:
+/// forgetting an entry costs one authoritative read, so when one fills it is
+/// simply cleared.
+#[derive(Default)]
+pub struct Remembered(Mutex<HashSet<String>>);
+
+/// Bound on each [`Remembered`] set.
+const MAX_REMEMBERED: usize = 100_000;
+
+impl Remembered {
+    pub fn insert(&self, key: &str) {
+        let mut set = self.0.lock().expect("poisoned");
+        if set.len() >= MAX_REMEMBERED {
+            set.clear();
+        }
+        set.insert(key.to_string());
+    }
+
+    pub fn contains(&self, key: &str) -> bool {
+        self.0.lock().expect("poisoned").contains(key)
+    }
+
+    pub fn remove(&self, key: &str) {
+        self.0.lock().expect("poisoned").remove(key);
+    }
 }
 
 /// Per-object exponential backoff: `start · 2^failures`, capped at `max`
@@ -104,6 +146,24 @@ impl Context {
 
     pub fn pv_api(&self) -> kube::Api<PersistentVolume> {
         kube::Api::all(self.client.clone())
+    }
+
+    /// Whether the PV `name` is known, without a request, to exist and be
+    /// bound to the claim with UID `claim_uid` (saved by us, or in the cache).
+    pub fn pv_known_for(&self, name: &str, claim_uid: &str) -> bool {
+        let cached = self
+            .volumes
+            .get(&kube::runtime::reflector::ObjectRef::new(name));
+        if let Some(pv) = cached {
+            self.saved.remove(name);
+            return pv
+                .spec
+                .as_ref()
+                .and_then(|s| s.claim_ref.as_ref())
+                .and_then(|r| r.uid.as_deref())
+                == Some(claim_uid);
+        }
+        self.saved.contains(name)
     }
 }
 

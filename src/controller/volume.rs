@@ -98,6 +98,10 @@ pub async fn reconcile(
     ctx: Arc<Context>,
 ) -> Result<Action, VolumeError> {
     let api = ctx.pv_api();
+    let uid = pv.uid().unwrap_or_default();
+    if !has_finalizer(pv.as_ref(), keys::FINALIZER_PV) {
+        ctx.deleted.remove(&uid);
+    }
     match work_for(&pv, &ctx.driver.name) {
         Work::Nothing => {}
         Work::AddFinalizer => match add_finalizer(&api, pv.as_ref(), keys::FINALIZER_PV).await {
@@ -108,6 +112,7 @@ pub async fn reconcile(
         Work::RemoveFinalizer => {
             remove_finalizer(&api, pv.as_ref(), keys::FINALIZER_PV).await?;
         }
+        Work::Delete if ctx.deleted.contains(&uid) => {}
         Work::Delete => delete(&ctx, &pv).await?,
     }
     ctx.volume_backoff.reset(&pv.name_any());
@@ -175,14 +180,12 @@ async fn delete(ctx: &Context, cached: &PersistentVolume) -> Result<(), VolumeEr
                 .delete_failed_total
                 .get_or_create(&labels(&pv))
                 .inc();
-            ctx.recorder
-                .record(
-                    &pv,
-                    EventType::Warning,
-                    "VolumeFailedDelete",
-                    &err.to_string(),
-                )
-                .await;
+            ctx.recorder.record(
+                &pv,
+                EventType::Warning,
+                "VolumeFailedDelete",
+                &err.to_string(),
+            );
             return Err(err);
         }
     }
@@ -193,16 +196,21 @@ async fn delete(ctx: &Context, cached: &PersistentVolume) -> Result<(), VolumeEr
         }),
         ..Default::default()
     };
+    // The answer is the object while finalizers hold it (then drop ours from
+    // exactly that object), or a status once it is gone.
     match api.delete(&pv.name_any(), &dp).await {
-        Ok(_) => {}
+        Ok(answer) => {
+            if let Some(current) = answer.left()
+                && current.uid() == pv.uid()
+            {
+                remove_finalizer(&api, &current, keys::FINALIZER_PV).await?;
+            }
+        }
+        // Gone, or the name is another object's now (the UID precondition).
         Err(e) if is_status(&e, 404) || is_status(&e, 409) => {}
         Err(e) => return Err(e.into()),
     }
-    if let Some(current) = get_fresh(&api, &pv.name_any()).await?
-        && current.uid() == pv.uid()
-    {
-        remove_finalizer(&api, &current, keys::FINALIZER_PV).await?;
-    }
+    ctx.deleted.insert(&pv.uid().unwrap_or_default());
     ctx.metrics.delete_total.get_or_create(&labels(&pv)).inc();
     ctx.metrics
         .delete_duration

@@ -5,7 +5,6 @@
 //! callers pass error texts built from names, never from secret values.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
@@ -14,6 +13,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
+use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +35,9 @@ impl EventType {
 const AGGREGATE_FOR: Duration = Duration::from_secs(600);
 /// Bound on remembered Events (the map is cleared when it fills).
 const MAX_REMEMBERED: usize = 4096;
+/// Events waiting to be sent; beyond this, new ones are dropped (with a log
+/// line), as client-go's broadcaster drops when its queue is full.
+const QUEUE: usize = 1000;
 
 struct Posted {
     namespace: String,
@@ -43,83 +46,51 @@ struct Posted {
     at: Instant,
 }
 
+/// One event to send, with everything taken from the object at record time.
+struct Pending {
+    involved: ObjectReference,
+    namespace: String,
+    object_name: String,
+    kind: EventType,
+    reason: String,
+    message: String,
+    at: Time,
+}
+
+enum Message {
+    Event(Box<Pending>),
+    Flush(oneshot::Sender<()>),
+}
+
+/// Records Events from a background task, so a report never waits for (or
+/// spends the time of) the step it reports on, as client-go's recorder does.
+/// Events are sent in the order they were recorded.
 pub struct EventRecorder {
-    client: Client,
-    component: String,
-    host: String,
-    posted: Mutex<HashMap<(String, String, String), Posted>>,
+    queue: mpsc::Sender<Message>,
 }
 
 impl EventRecorder {
+    /// Starts the sender task on the current tokio runtime.
     pub fn new(client: Client, component: &str, host: &str) -> EventRecorder {
-        EventRecorder {
+        let (queue, rx) = mpsc::channel(QUEUE);
+        let sender = Sender {
             client,
             component: component.to_string(),
             host: host.to_string(),
-            posted: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// Records an event on `obj`. Failures are logged, never returned: an
-    /// event is a report, not a step of provisioning.
-    pub async fn record<K>(&self, obj: &K, kind: EventType, reason: &str, message: &str)
-    where
-        K: Resource<DynamicType = ()>,
-    {
-        if let Err(e) = self.try_record(obj, kind, reason, message).await {
-            warn!(reason, error = %e, object = %obj.name_any(), "failed to record event");
-        }
-    }
-
-    async fn try_record<K>(
-        &self,
-        obj: &K,
-        kind: EventType,
-        reason: &str,
-        message: &str,
-    ) -> Result<(), kube::Error>
-    where
-        K: Resource<DynamicType = ()>,
-    {
-        let uid = obj.uid().unwrap_or_default();
-        let key = (uid.clone(), reason.to_string(), message.to_string());
-        let now = Time(Timestamp::now());
-        let repeat = {
-            let posted = self.posted.lock().expect("event map poisoned");
-            posted
-                .get(&key)
-                .filter(|p| p.at.elapsed() < AGGREGATE_FOR)
-                .map(|p| (p.namespace.clone(), p.name.clone(), p.count))
+            posted: HashMap::new(),
         };
-        if let Some((namespace, name, count)) = repeat {
-            let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
-            let body = json!({"count": count + 1, "lastTimestamp": now});
-            match api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
-                .await
-            {
-                Ok(_) => {
-                    let mut posted = self.posted.lock().expect("event map poisoned");
-                    if let Some(p) = posted.get_mut(&key) {
-                        p.count = count + 1;
-                        p.at = Instant::now();
-                    }
-                    return Ok(());
-                }
-                // The Event expired or was deleted: post a new one below.
-                Err(e) if super::is_status(&e, 404) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        let namespace = obj.namespace().unwrap_or_else(|| "default".to_string());
-        let name = format!("{}.{:x}", obj.name_any(), rand::random::<u64>());
-        let event = Event {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                namespace: Some(namespace.clone()),
-                ..Default::default()
-            },
-            involved_object: ObjectReference {
+        tokio::spawn(sender.run(rx));
+        EventRecorder { queue }
+    }
+
+    /// Queues an event on `obj`. Failures are logged, never returned: an
+    /// event is a report, not a step of provisioning.
+    pub fn record<K>(&self, obj: &K, kind: EventType, reason: &str, message: &str)
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let pending = Pending {
+            involved: ObjectReference {
                 api_version: Some(K::api_version(&()).to_string()),
                 kind: Some(K::kind(&()).to_string()),
                 name: Some(obj.name_any()),
@@ -128,30 +99,108 @@ impl EventRecorder {
                 resource_version: obj.resource_version(),
                 ..Default::default()
             },
-            reason: Some(reason.to_string()),
-            message: Some(message.to_string()),
-            type_: Some(kind.as_str().to_string()),
+            namespace: obj.namespace().unwrap_or_else(|| "default".to_string()),
+            object_name: obj.name_any(),
+            kind,
+            reason: reason.to_string(),
+            message: message.to_string(),
+            at: Time(Timestamp::now()),
+        };
+        if let Err(e) = self.queue.try_send(Message::Event(Box::new(pending))) {
+            warn!(reason, object = %obj.name_any(), error = %e, "event dropped");
+        }
+    }
+
+    /// Waits (at most `limit`) until every event recorded so far was sent.
+    pub async fn flush(&self, limit: Duration) {
+        let (done, wait) = oneshot::channel();
+        if self.queue.send(Message::Flush(done)).await.is_ok() {
+            let _ = tokio::time::timeout(limit, wait).await;
+        }
+    }
+}
+
+struct Sender {
+    client: Client,
+    component: String,
+    host: String,
+    posted: HashMap<(String, String, String), Posted>,
+}
+
+impl Sender {
+    async fn run(mut self, mut rx: mpsc::Receiver<Message>) {
+        while let Some(message) = rx.recv().await {
+            match message {
+                Message::Event(p) => {
+                    if let Err(e) = self.send(&p).await {
+                        warn!(reason = %p.reason, error = %e, object = %p.object_name, "failed to record event");
+                    }
+                }
+                Message::Flush(done) => {
+                    let _ = done.send(());
+                }
+            }
+        }
+    }
+
+    async fn send(&mut self, p: &Pending) -> Result<(), kube::Error> {
+        let uid = p.involved.uid.clone().unwrap_or_default();
+        let key = (uid, p.reason.clone(), p.message.clone());
+        let repeat = self
+            .posted
+            .get(&key)
+            .filter(|posted| posted.at.elapsed() < AGGREGATE_FOR)
+            .map(|posted| (posted.namespace.clone(), posted.name.clone(), posted.count));
+        if let Some((namespace, name, count)) = repeat {
+            let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+            let body = json!({"count": count + 1, "lastTimestamp": p.at});
+            match api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
+                .await
+            {
+                Ok(_) => {
+                    if let Some(posted) = self.posted.get_mut(&key) {
+                        posted.count = count + 1;
+                        posted.at = Instant::now();
+                    }
+                    return Ok(());
+                }
+                // The Event expired or was deleted: post a new one below.
+                Err(e) if super::is_status(&e, 404) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let name = format!("{}.{:x}", p.object_name, rand::random::<u64>());
+        let event = Event {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(p.namespace.clone()),
+                ..Default::default()
+            },
+            involved_object: p.involved.clone(),
+            reason: Some(p.reason.clone()),
+            message: Some(p.message.clone()),
+            type_: Some(p.kind.as_str().to_string()),
             source: Some(EventSource {
                 component: Some(self.component.clone()),
                 host: Some(self.host.clone()),
             }),
-            first_timestamp: Some(now.clone()),
-            last_timestamp: Some(now),
+            first_timestamp: Some(p.at.clone()),
+            last_timestamp: Some(p.at.clone()),
             count: Some(1),
             reporting_component: Some(self.component.clone()),
             reporting_instance: Some(self.host.clone()),
             ..Default::default()
         };
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &p.namespace);
         api.create(&PostParams::default(), &event).await?;
-        let mut posted = self.posted.lock().expect("event map poisoned");
-        if posted.len() >= MAX_REMEMBERED {
-            posted.clear();
+        if self.posted.len() >= MAX_REMEMBERED {
+            self.posted.clear();
         }
-        posted.insert(
+        self.posted.insert(
             key,
             Posted {
-                namespace,
+                namespace: p.namespace.clone(),
                 name,
                 count: 1,
                 at: Instant::now(),
