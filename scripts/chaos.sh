@@ -7,11 +7,23 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash testbed/build.sh >/dev/null
 cargo build -p csi-provisioner -p csi-test-driver -p chaos --bins
+# Run copies of the binaries: a soak restarts sidecars and the driver many times, and a
+# rebuild of target/debug meanwhile (someone else's `cargo build`) must not change what a
+# restarted process runs. CSI_PROVISIONER_BIN / CSI_TEST_DRIVER_BIN, when set, win.
+bins=$(mktemp -d /tmp/chaos-bins.XXXXXX)
+cp target/debug/csi-provisioner target/debug/csi-test-driver target/debug/chaos "$bins/"
+export CSI_PROVISIONER_BIN=${CSI_PROVISIONER_BIN:-$bins/csi-provisioner}
+export CSI_TEST_DRIVER_BIN=${CSI_TEST_DRIVER_BIN:-$bins/csi-test-driver}
+own_testbed=
+cleanup() {
+  rm -rf "$bins"
+  if [ -n "$own_testbed" ]; then bash testbed/cluster.sh down "$CSI_TESTBED_DIR" || true; fi
+}
+trap cleanup EXIT
 if [ -z "${CSI_TESTBED_KUBECONFIG:-}" ]; then
   export CSI_TESTBED_DIR=$(mktemp -d /tmp/csi-chaos.XXXXXX)
   export CSI_TESTBED_OWNER_PID=$$
-  cleanup() { bash testbed/cluster.sh down "$CSI_TESTBED_DIR" || true; }
-  trap cleanup EXIT
+  own_testbed=1
   eval "$(bash testbed/cluster.sh up "$CSI_TESTBED_DIR")"
 fi
 args=(--sidecar "${SIDECAR:-ours}" --seed "${SEED:-1}")
@@ -21,4 +33,4 @@ else
   args+=(--claims "${CLAIMS:-2000}" --duration "${DURATION:-15m}" --rate "${RATE:-3}")
 fi
 # shellcheck disable=SC2086
-target/debug/chaos "${args[@]}" ${CHAOS_ARGS:-}
+"$bins/chaos" "${args[@]}" ${CHAOS_ARGS:-}
