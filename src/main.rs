@@ -50,7 +50,11 @@ fn main() -> ExitCode {
         split_stream: cfg.logging.split_stream,
     });
 
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    // One thread: the sidecar waits on the network almost all the time, and
+    // a single-threaded runtime spends no CPU on cross-thread wake-ups and
+    // keeps one allocator arena (the benchmark measured about a quarter less
+    // CPU per volume than with the multi-threaded runtime).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
