@@ -17,6 +17,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use crate::metrics::{CodeLabels, Metrics};
+
 /// Health of leader election, for `/healthz/leader-election`.
 pub trait LeaderHealth: Send + Sync {
     /// `Err(reason)` when this replica believes it leads but failed to renew
@@ -26,6 +28,8 @@ pub trait LeaderHealth: Send + Sync {
 
 pub struct HttpServer {
     pub registry: Arc<Registry>,
+    /// Where scrapes of the metrics path are counted (promhttp's metrics).
+    pub metrics: Arc<Metrics>,
     pub metrics_path: String,
     pub leader: Option<Arc<dyn LeaderHealth>>,
 }
@@ -71,15 +75,26 @@ impl HttpServer {
                 .get(hyper::header::ACCEPT)
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or_default();
+            // As promhttp: the scrape sees itself in flight, and is counted
+            // (by its status code) once it has been answered.
+            self.metrics.scrapes_in_flight.inc();
             let (content_type, body) = self.encode_metrics(wants_openmetrics(accept));
-            match body {
+            self.metrics.scrapes_in_flight.dec();
+            let response = match body {
                 Ok(body) => reply(StatusCode::OK, content_type, body),
                 Err(e) => reply(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "text/plain",
                     e.to_string(),
                 ),
-            }
+            };
+            self.metrics
+                .scrapes
+                .get_or_create(&CodeLabels {
+                    code: response.status().as_u16().to_string(),
+                })
+                .inc();
+            response
         } else if path == "/healthz/leader-election" && self.leader.is_some() {
             match self.leader.as_ref().map(|l| l.check()) {
                 Some(Err(reason)) => reply(

@@ -79,6 +79,15 @@ pub struct Metrics {
     pub queue_retries: Family<QueueLabels, Counter>,
     /// Reconciles in flight, per queue: read at scrape time.
     processing: Processing,
+    /// Scrapes of the metrics path by HTTP status code (promhttp's handler
+    /// metrics; upstream starts the codes 200, 500 and 503 at zero).
+    pub scrapes: Family<CodeLabels, Counter>,
+    pub scrapes_in_flight: Gauge,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CodeLabels {
+    pub code: String,
 }
 
 fn csi_histogram() -> Histogram {
@@ -110,7 +119,14 @@ impl Metrics {
             queue_work_duration: Family::new_with_constructor(workqueue_histogram),
             queue_retries: Family::default(),
             processing: Processing::default(),
+            scrapes: Family::default(),
+            scrapes_in_flight: Gauge::default(),
         };
+        for code in ["200", "500", "503"] {
+            m.scrapes
+                .get_or_create(&CodeLabels { code: code.into() })
+                .inc_by(0);
+        }
         registry.register(
             "csi_sidecar_operations_seconds",
             "Duration of CSI calls, by driver, gRPC method and status code",
@@ -171,6 +187,16 @@ impl Metrics {
             "workqueue_retries",
             "Failed reconciles requeued with per-item backoff",
             m.queue_retries.clone(),
+        );
+        registry.register(
+            "promhttp_metric_handler_requests",
+            "Total number of scrapes by HTTP status code.",
+            m.scrapes.clone(),
+        );
+        registry.register(
+            "promhttp_metric_handler_requests_in_flight",
+            "Current number of scrapes being served.",
+            m.scrapes_in_flight.clone(),
         );
         registry.register_collector(Box::new(m.processing.clone()));
         registry.register_collector(Box::new(ProcessCollector));

@@ -174,6 +174,7 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
             .then(|| Arc::new(GateHealth(gate.clone())) as Arc<dyn LeaderHealth>);
         let server = HttpServer {
             registry: registry.clone(),
+            metrics: metrics.clone(),
             metrics_path: cfg.metrics_path.clone(),
             leader,
         };

@@ -399,6 +399,44 @@ async fn metrics_move_after_a_claim_is_provisioned_and_deleted() {
     assert!(value(&samples, "process_max_fds", &[]) >= value(&samples, "process_open_fds", &[]));
     assert!(value(&samples, "process_cpu_seconds_total", &[]) > 0.0);
 
+    // promhttp's handler metrics: earlier scrapes counted by status code (each
+    // is counted once answered), this one in flight while it is encoded.
+    let scraped = value(
+        &samples,
+        "promhttp_metric_handler_requests_total",
+        &[("code", "200")],
+    );
+    assert!(scraped >= 1.0, "earlier scrapes were counted: {scraped}");
+    for code in ["500", "503"] {
+        assert_eq!(
+            value(
+                &samples,
+                "promhttp_metric_handler_requests_total",
+                &[("code", code)]
+            ),
+            0.0
+        );
+    }
+    assert_eq!(
+        value(&samples, "promhttp_metric_handler_requests_in_flight", &[]),
+        1.0
+    );
+    let again = parse(
+        &get(&address, "/metrics", None)
+            .await
+            .expect("scraping")
+            .body,
+    );
+    assert_eq!(
+        value(
+            &again,
+            "promhttp_metric_handler_requests_total",
+            &[("code", "200")]
+        ),
+        scraped + 1.0,
+        "the scrape before this one was counted"
+    );
+
     // Asked for OpenMetrics (as Prometheus does), the same series come in that format.
     let om = get(&address, "/metrics", Some(OPENMETRICS_ACCEPT))
         .await
