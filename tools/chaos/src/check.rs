@@ -389,6 +389,7 @@ mod tests {
                 injected: false,
                 created: true,
                 deleted: false,
+                secret_keys: Vec::new(),
                 at_ms: 0,
             });
             self

@@ -297,6 +297,7 @@ impl Driver {
             injected: false,
             created: false,
             deleted: false,
+            secret_keys: Vec::new(),
             at_ms: now_ms(),
         };
         let result = match outcome {
@@ -460,11 +461,7 @@ impl Driver {
             volume_context: parameters.clone(),
             parameters,
             mutable_parameters: sorted(&req.mutable_parameters),
-            secret_keys: {
-                let mut keys: Vec<String> = req.secrets.keys().cloned().collect();
-                keys.sort();
-                keys
-            },
+            secret_keys: secret_keys(&req.secrets),
             content_source,
             accessible_topology,
             published_nodes: BTreeMap::new(),
@@ -518,6 +515,7 @@ impl Driver {
             injected: false,
             created: false,
             deleted: false,
+            secret_keys: secret_keys(&req.secrets),
             at_ms: now_ms(),
         };
         let result = if req.volume_id.is_empty() {
@@ -574,6 +572,7 @@ impl Driver {
             injected: true,
             created: false,
             deleted: false,
+            secret_keys: Vec::new(),
             at_ms: now_ms(),
         });
         if let Err(err) = self.persist(&ledger) {
@@ -1201,4 +1200,11 @@ impl v1::node_server::Node for CsiService {
             .serve("NodeGetInfo", r, Driver::node_get_info, None)
             .await
     }
+}
+
+/// The names of the secrets a call carried, sorted; never their values.
+fn secret_keys(secrets: &std::collections::HashMap<String, String>) -> Vec<String> {
+    let mut keys: Vec<String> = secrets.keys().cloned().collect();
+    keys.sort();
+    keys
 }

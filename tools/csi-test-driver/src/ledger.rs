@@ -96,6 +96,10 @@ pub struct OperationRecord {
     /// True when this call removed a volume that existed.
     #[serde(default)]
     pub deleted: bool,
+    /// Keys of the secrets the call carried (DeleteVolume; a created volume
+    /// records its creating call's keys itself). Values are never recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secret_keys: Vec<String>,
     /// Milliseconds since the Unix epoch.
     pub at_ms: u64,
 }
@@ -199,6 +203,7 @@ mod tests {
             injected: true,
             created: true,
             deleted: false,
+            secret_keys: Vec::new(),
             at_ms: 2,
         });
         ledger.next_volume_seq = 2;
