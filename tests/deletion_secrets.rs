@@ -5,11 +5,8 @@
 
 mod support;
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 use support::Rig;
 
@@ -30,19 +27,7 @@ async fn rig_with_secret(prefix: &str) -> Rig {
         .without_sidecar()
         .start()
         .await;
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some("creds".into()),
-            ..Default::default()
-        },
-        string_data: Some(BTreeMap::from([("token".to_string(), "t0ken".to_string())])),
-        ..Default::default()
-    };
-    rig.ns
-        .api::<Secret>()
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("creating the provisioner secret");
+    rig.create_secret("creds", &[("token", "t0ken")]).await;
     rig.start_sidecar();
     rig
 }

@@ -7,15 +7,14 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use csi_provisioner::keys;
 use csi_test_driver::GrpcCode;
 use csi_test_driver::control::Fault;
 use csi_test_driver::ledger::{Ledger, OperationRecord};
-use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Secret};
-use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
+use kube::api::{Api, ListParams};
 use support::{DEADLINE, Rig, k8s_keys, unique_name, wait_for};
 
 /// Short CSI timeout and quick retries, so failing paths go round often.
@@ -356,19 +355,7 @@ async fn failed_calls_with_a_provisioner_secret_never_put_it_in_events_or_logs()
         .without_sidecar()
         .start()
         .await;
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some("creds".into()),
-            ..Default::default()
-        },
-        string_data: Some(BTreeMap::from([("password".to_string(), value.clone())])),
-        ..Default::default()
-    };
-    rig.ns
-        .api::<Secret>()
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("creating the provisioner secret");
+    rig.create_secret("creds", &[("password", &value)]).await;
     rig.start_sidecar();
     for method in ["CreateVolume", "DeleteVolume"] {
         rig.control

@@ -5,11 +5,9 @@
 
 mod support;
 
-use std::collections::BTreeMap;
-
 use csi_provisioner::csi::pb;
-use k8s_openapi::api::core::v1::{Event, Secret};
-use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{Api, ListParams};
 use support::{Rig, unique_name};
 
 /// The secret's value: unique per run, so no other text can contain it by chance.
@@ -72,22 +70,8 @@ async fn secret_value_reaches_only_the_driver(logging_format: &str) {
         .without_sidecar()
         .start()
         .await;
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some("data-creds".into()),
-            ..Default::default()
-        },
-        string_data: Some(BTreeMap::from([
-            ("password".to_string(), value.clone()),
-            ("user".to_string(), "admin".to_string()),
-        ])),
-        ..Default::default()
-    };
-    rig.ns
-        .api::<Secret>()
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("creating the provisioner secret");
+    rig.create_secret("data-creds", &[("password", &value), ("user", "admin")])
+        .await;
     let mut rig = rig;
     rig.start_sidecar();
 

@@ -16,9 +16,9 @@ use std::time::Duration;
 use csi_test_driver::control::Client as DriverControl;
 use csi_test_driver::ledger::Ledger;
 use csi_test_driver::process::{DriverOptions, DriverProcess, binary_path};
-use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Secret};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 
 use super::{
     ChildProcess, PvcFixture, StorageClassFixture, TestNamespace, cluster, grant_lease_role,
@@ -262,6 +262,27 @@ impl Rig {
     }
 
     /// The driver's ledger, read through its control socket.
+    /// Creates the Secret `name` in the rig's namespace with `data` (string data).
+    pub async fn create_secret(&self, name: &str, data: &[(&str, &str)]) {
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            string_data: Some(
+                data.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        };
+        self.ns
+            .api::<Secret>()
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("creating a secret");
+    }
+
     pub async fn ledger(&self) -> Ledger {
         self.control
             .ledger()
