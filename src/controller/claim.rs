@@ -351,7 +351,7 @@ async fn already_provisioned(
         .and_then(|r| r.uid.clone())
         .unwrap_or_default();
     if Some(owner.as_str()) == claim.uid().as_deref() {
-        ctx.saved.insert(&pv.name_any());
+        ctx.remember_saved(&pv.name_any(), &owner);
         return provisioned_before(ctx, claim).await;
     }
     let err = ClaimError::PvOfAnotherClaim {
@@ -510,7 +510,7 @@ async fn save_pv(
     let name = pv.name_any();
     match ctx.pv_api().create(&PostParams::default(), &pv).await {
         Ok(_) => {
-            ctx.saved.insert(&name);
+            ctx.remember_saved(&name, &claim.uid().unwrap_or_default());
             Ok(())
         }
         Err(e) if is_status(&e, 409) => {
@@ -524,7 +524,7 @@ async fn save_pv(
                 .and_then(|s| s.claim_ref.as_ref())
                 .and_then(|r| r.uid.clone());
             if owner == claim.uid() {
-                ctx.saved.insert(&name);
+                ctx.remember_saved(&name, &claim.uid().unwrap_or_default());
                 Ok(())
             } else {
                 let err = ClaimError::PvOfAnotherClaim {

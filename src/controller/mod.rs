@@ -51,7 +51,8 @@ pub struct Context {
     /// did exist); "no PV" is always confirmed by the API server.
     pub volumes: Store<PersistentVolume>,
     /// PVs this process saved (or found saved) that the PV cache may not show
-    /// yet, by name; an entry goes once the cache has the PV.
+    /// yet, by PV name and claim UID ([`Context::remember_saved`]); an entry
+    /// goes once the cache has the PV.
     pub saved: Remembered,
     /// Claims (UIDs) whose intent finalizer this process removed, so a stale
     /// cached copy that still shows it costs no second patch. An entry goes
@@ -68,6 +69,12 @@ pub struct Context {
 /// simply cleared.
 #[derive(Default)]
 pub struct Remembered(Mutex<HashSet<String>>);
+
+/// A PV name is derived from a (possibly truncated) claim UID, so "saved"
+/// names both.
+fn saved_key(pv_name: &str, claim_uid: &str) -> String {
+    format!("{pv_name} {claim_uid}")
+}
 
 /// Bound on each [`Remembered`] set.
 const MAX_REMEMBERED: usize = 100_000;
@@ -155,7 +162,7 @@ impl Context {
             .volumes
             .get(&kube::runtime::reflector::ObjectRef::new(name));
         if let Some(pv) = cached {
-            self.saved.remove(name);
+            self.saved.remove(&saved_key(name, claim_uid));
             return pv
                 .spec
                 .as_ref()
@@ -163,7 +170,12 @@ impl Context {
                 .and_then(|r| r.uid.as_deref())
                 == Some(claim_uid);
         }
-        self.saved.contains(name)
+        self.saved.contains(&saved_key(name, claim_uid))
+    }
+
+    /// Remembers that the PV `name`, bound to the claim `claim_uid`, is saved.
+    pub fn remember_saved(&self, name: &str, claim_uid: &str) {
+        self.saved.insert(&saved_key(name, claim_uid));
     }
 }
 
