@@ -88,44 +88,11 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
     let metrics = Arc::new(Metrics::register(&mut registry));
 
     // 1. The driver: connect (30 s, as upstream), probe, name, capabilities.
-    let mut csi = CsiClient::connect(
-        &cfg.csi_socket,
-        cfg.timeout,
-        Duration::from_secs(30),
-        metrics.clone(),
-    )
-    .await
-    .map_err(|source| FatalError::Connect {
-        path: cfg.csi_socket.display().to_string(),
-        source,
-    })?;
-    csi.probe_until_ready().await.map_err(FatalError::Probe)?;
-    let info = csi
-        .get_plugin_info()
-        .await
-        .map_err(FatalError::PluginInfo)?;
-    if info.name.is_empty() {
-        return Err(FatalError::EmptyDriverName);
-    }
-    csi.set_driver_name(&info.name);
-    let plugin_caps = csi
-        .get_plugin_capabilities()
-        .await
-        .map_err(FatalError::Capabilities)?;
-    let caps = DriverCapabilities::from_responses(&plugin_caps, None);
-    let controller_caps = if caps.controller_service {
-        Some(
-            csi.controller_get_capabilities()
-                .await
-                .map_err(FatalError::Capabilities)?,
-        )
-    } else {
-        None
+    // A stop during start-up ends it at once (upstream dies on the signal).
+    let (csi, info, capabilities) = tokio::select! {
+        r = connect_driver(&cfg, metrics.clone()) => r?,
+        _ = stop.cancelled() => return Ok(()),
     };
-    let capabilities = DriverCapabilities::from_responses(&plugin_caps, controller_caps.as_ref());
-    if !capabilities.supports_provisioning() {
-        warn!(driver = %info.name, "driver does not support dynamic provisioning; every claim will fail");
-    }
     let host = hostname();
     let identity = format!(
         "{}-{}-{}",
@@ -310,6 +277,60 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
         error!(error = %e, "stopping");
     }
     result
+}
+
+/// Connects to the driver (30 s, as upstream), waits for `Probe`, and reads
+/// its name and capabilities.
+async fn connect_driver(
+    cfg: &RunConfig,
+    metrics: Arc<Metrics>,
+) -> Result<
+    (
+        CsiClient,
+        crate::csi::pb::GetPluginInfoResponse,
+        DriverCapabilities,
+    ),
+    FatalError,
+> {
+    let mut csi = CsiClient::connect(
+        &cfg.csi_socket,
+        cfg.timeout,
+        Duration::from_secs(30),
+        metrics,
+    )
+    .await
+    .map_err(|source| FatalError::Connect {
+        path: cfg.csi_socket.display().to_string(),
+        source,
+    })?;
+    csi.probe_until_ready().await.map_err(FatalError::Probe)?;
+    let info = csi
+        .get_plugin_info()
+        .await
+        .map_err(FatalError::PluginInfo)?;
+    if info.name.is_empty() {
+        return Err(FatalError::EmptyDriverName);
+    }
+    csi.set_driver_name(&info.name);
+    let plugin_caps = csi
+        .get_plugin_capabilities()
+        .await
+        .map_err(FatalError::Capabilities)?;
+    let caps = DriverCapabilities::from_responses(&plugin_caps, None);
+    let controller_caps = if caps.controller_service {
+        Some(
+            csi.controller_get_capabilities()
+                .await
+                .map_err(FatalError::Capabilities)?,
+        )
+    } else {
+        None
+    };
+    let capabilities = DriverCapabilities::from_responses(&plugin_caps, controller_caps.as_ref());
+    if !capabilities.supports_provisioning() {
+        warn!(driver = %info.name, "driver does not support dynamic provisioning; every claim will fail");
+    }
+    Ok((csi, info, capabilities))
 }
 
 struct GateHealth(LeaderGate);

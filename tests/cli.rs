@@ -135,6 +135,21 @@ async fn a_driver_socket_that_never_appears_stops_the_process_with_one_reason() 
     );
 }
 
+#[tokio::test]
+async fn sigterm_while_waiting_for_the_driver_exits_0_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("never.sock");
+    let mut sidecar = ChildProcess::spawn(
+        Command::new(workspace_bin("csi-provisioner"))
+            .arg(format!("--csi-address={}", socket.display())),
+    );
+    sidecar.wait_for_log("still connecting", DEADLINE).await;
+    sidecar.terminate();
+    let status = sidecar.wait_exit(Duration::from_secs(20)).await;
+    // Not the 30 s hard deadline's exit 1: start-up gives way to a stop.
+    assert_eq!(status.code(), Some(0), "{}", sidecar.log_contents());
+}
+
 /// `--vmodule` raises the verbosity of the matching sources only: the CSI
 /// client's debug line "CSI connect failed; retrying" (src/csi/client.rs,
 /// logged every 200 ms while the socket is missing) shows with a pattern for
