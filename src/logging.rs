@@ -60,7 +60,11 @@ pub fn init(options: &Options) {
     } else {
         BoxMakeWriter::new(std::io::stderr)
     };
-    let layer = tracing_subscriber::fmt::layer().with_writer(writer);
+    // Colours only for a person at a terminal; log collectors get plain text,
+    // as klog writes it.
+    let layer = tracing_subscriber::fmt::layer()
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(writer);
     let layer = match options.format {
         Format::Text => layer.with_filter(filter).boxed(),
         Format::Json => layer.json().flatten_event(true).with_filter(filter).boxed(),

@@ -114,9 +114,12 @@ impl EventRecorder {
     /// Waits (at most `limit`) until every event recorded so far was sent.
     pub async fn flush(&self, limit: Duration) {
         let (done, wait) = oneshot::channel();
-        if self.queue.send(Message::Flush(done)).await.is_ok() {
-            let _ = tokio::time::timeout(limit, wait).await;
-        }
+        let _ = tokio::time::timeout(limit, async {
+            if self.queue.send(Message::Flush(done)).await.is_ok() {
+                let _ = wait.await;
+            }
+        })
+        .await;
     }
 }
 
