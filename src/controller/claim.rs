@@ -20,8 +20,8 @@ use serde_json::json;
 use tonic::{Code, Status};
 use tracing::{debug, info, warn};
 
-use super::Context;
 use super::topology::{self, TopologyError};
+use super::{Context, bound_claim_uid};
 use crate::csi::{CsiErrorClass, classify, pb};
 use crate::keys;
 use crate::kube::{
@@ -344,12 +344,7 @@ async fn already_provisioned(
     claim: &PersistentVolumeClaim,
     pv: &PersistentVolume,
 ) -> Result<Action, ClaimError> {
-    let owner = pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.claim_ref.as_ref())
-        .and_then(|r| r.uid.clone())
-        .unwrap_or_default();
+    let owner = bound_claim_uid(pv).unwrap_or_default().to_string();
     if Some(owner.as_str()) == claim.uid().as_deref() {
         ctx.remember_saved(&pv.name_any(), &owner);
         return provisioned_before(ctx, claim).await;
@@ -518,18 +513,14 @@ async fn save_pv(
                 // Deleted between our create and get: try again.
                 return Err(ClaimError::SavePv { name, source: e });
             };
-            let owner = existing
-                .spec
-                .as_ref()
-                .and_then(|s| s.claim_ref.as_ref())
-                .and_then(|r| r.uid.clone());
-            if owner == claim.uid() {
+            let owner = bound_claim_uid(&existing);
+            if owner == claim.uid().as_deref() {
                 ctx.remember_saved(&name, &claim.uid().unwrap_or_default());
                 Ok(())
             } else {
                 let err = ClaimError::PvOfAnotherClaim {
                     name,
-                    other: owner.unwrap_or_default(),
+                    other: owner.unwrap_or_default().to_string(),
                 };
                 Err(fail(ctx, claim, err).await)
             }
@@ -570,16 +561,11 @@ async fn abandon(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Action
         &uid,
         ctx.options.volume_name_uuid_length,
     )?;
-    if let Some(pv) = get_fresh(&ctx.pv_api(), &pv_name).await? {
-        let owner = pv
-            .spec
-            .as_ref()
-            .and_then(|s| s.claim_ref.as_ref())
-            .and_then(|r| r.uid.clone());
-        if owner.as_deref() == Some(uid.as_str()) {
-            drop_intent(ctx, cached).await?;
-            return Ok(Action::await_change());
-        }
+    if let Some(pv) = get_fresh(&ctx.pv_api(), &pv_name).await?
+        && bound_claim_uid(&pv) == Some(uid.as_str())
+    {
+        drop_intent(ctx, cached).await?;
+        return Ok(Action::await_change());
     }
     let Some(claim) = get_fresh(
         &claims(ctx, &cached.namespace().unwrap_or_default()),

@@ -70,6 +70,14 @@ pub struct Context {
 #[derive(Default)]
 pub struct Remembered(Mutex<HashSet<String>>);
 
+/// The UID of the claim a PV is bound (or pre-bound) to.
+pub fn bound_claim_uid(pv: &PersistentVolume) -> Option<&str> {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.claim_ref.as_ref())
+        .and_then(|r| r.uid.as_deref())
+}
+
 /// A PV name is derived from a (possibly truncated) claim UID, so "saved"
 /// names both.
 fn saved_key(pv_name: &str, claim_uid: &str) -> String {
@@ -163,12 +171,7 @@ impl Context {
             .get(&kube::runtime::reflector::ObjectRef::new(name));
         if let Some(pv) = cached {
             self.saved.remove(&saved_key(name, claim_uid));
-            return pv
-                .spec
-                .as_ref()
-                .and_then(|s| s.claim_ref.as_ref())
-                .and_then(|r| r.uid.as_deref())
-                == Some(claim_uid);
+            return bound_claim_uid(&pv) == Some(claim_uid);
         }
         self.saved.contains(&saved_key(name, claim_uid))
     }
