@@ -986,6 +986,21 @@ async fn claim_recreated_after_deletion_mid_create_gets_its_own_volume_and_the_o
     let second_pv_name = format!("pvc-{}", uid(&second));
     let pv = rig.wait_bound("data").await;
     assert_eq!(pv.metadata.name.as_deref(), Some(second_pv_name.as_str()));
+    // The hung call may finish before the sidecar gives up on it: then the PV
+    // is saved for the deleted claim and the volume path reclaims it once the
+    // binder marks it Released, which can come after the new claim is bound.
+    wait_for(
+        "the first claim's volume to be deleted",
+        DEADLINE,
+        || async {
+            let ledger = rig.ledger().await;
+            match ledger.volume_by_name(&first_pv_name) {
+                Some(v) => Err(v.volume_id.clone()),
+                None => Ok(()),
+            }
+        },
+    )
+    .await;
 
     let ledger = rig.ledger().await;
     assert_eq!(
@@ -1000,13 +1015,7 @@ async fn claim_recreated_after_deletion_mid_create_gets_its_own_volume_and_the_o
     assert!(created(&ledger, &first_pv_name) <= 1, "{ledger:#?}");
     assert_eq!(created(&ledger, &second_pv_name), 1, "{ledger:#?}");
     assert_no_duplicate_volume(&ledger);
-    assert!(
-        rig.volumes()
-            .get_opt(&first_pv_name)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    rig.wait_pv_gone(&first_pv_name).await;
     rig.cleanup().await;
 }
 
