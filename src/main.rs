@@ -101,7 +101,9 @@ fn run_config(cfg: &Config) -> RunConfig {
             strict_topology: p.strict_topology,
             immediate_topology: p.immediate_topology,
             topology_gate: cfg.feature_gates.topology,
+            volume_attributes_class: cfg.feature_gates.volume_attributes_class.unwrap_or(true),
         },
+        discover_volume_attributes_class: cfg.feature_gates.volume_attributes_class.is_none(),
         http_endpoint: cfg.http.as_ref().map(|h| h.address.clone()),
         leader_health: cfg.http.as_ref().is_some_and(|h| h.leader_election_health),
         metrics_path: cfg

@@ -39,6 +39,9 @@ pub struct RunConfig {
     pub retry_max: Duration,
     pub worker_threads: usize,
     pub provision: ProvisionOptions,
+    /// `VolumeAttributesClass` was not set on the command line: as upstream,
+    /// turn it off if the API server does not serve the kind.
+    pub discover_volume_attributes_class: bool,
     pub http_endpoint: Option<String>,
     /// Whether `/healthz/leader-election` is served (only with `--http-endpoint`).
     pub leader_health: bool,
@@ -113,6 +116,14 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
     // 2. Kubernetes clients: one throttled for work, one for the Lease.
     let client = kube_client(&cfg, cfg.rate_limit).await?;
 
+    let mut options = cfg.provision.clone();
+    if cfg.discover_volume_attributes_class && !serves_volume_attributes_class(&client).await {
+        info!(
+            "the API server does not serve storage.k8s.io/v1 VolumeAttributesClass: feature gate VolumeAttributesClass off"
+        );
+        options.volume_attributes_class = false;
+    }
+
     // 3. Leader election gate and HTTP.
     let (gate, elector) = match &cfg.leader_election {
         None => (LeaderGate::always(), None),
@@ -179,7 +190,7 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
         csi,
         recorder: EventRecorder::new(client.clone(), "csi-provisioner", &host),
         driver,
-        options: cfg.provision.clone(),
+        options,
         metrics: metrics.clone(),
         classes: classes.clone(),
         leader: gate.clone(),
@@ -281,6 +292,22 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
 
 /// Connects to the driver (30 s, as upstream), waits for `Probe`, and reads
 /// its name and capabilities.
+/// Whether discovery of `storage.k8s.io/v1` lists VolumeAttributesClass. A
+/// failed discovery leaves the gate on (upstream turns it off only when
+/// discovery succeeds without the kind).
+async fn serves_volume_attributes_class(client: &Client) -> bool {
+    match client.list_api_group_resources("storage.k8s.io/v1").await {
+        Ok(list) => list
+            .resources
+            .iter()
+            .any(|r| r.kind == "VolumeAttributesClass"),
+        Err(e) => {
+            warn!(error = %e, "discovery of storage.k8s.io/v1 failed; keeping VolumeAttributesClass on");
+            true
+        }
+    }
+}
+
 async fn connect_driver(
     cfg: &RunConfig,
     metrics: Arc<Metrics>,

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
@@ -39,6 +39,12 @@ pub enum ClaimError {
     #[error("failed to get secret {namespace}/{name}: {source}")]
     GetSecret {
         namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("failed to get VolumeAttributesClass {name}: {source}")]
+    GetVolumeAttributesClass {
         name: String,
         #[source]
         source: kube::Error,
@@ -217,6 +223,16 @@ async fn provision(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Acti
         return already_provisioned(ctx, cached, &pv).await;
     }
 
+    // A claim that names a VolumeAttributesClass gets its parameters as the
+    // request's mutable parameters; checked before the intent, so a missing
+    // or foreign class changes nothing.
+    if let Some(name) = provision::claim_vac_name(cached, &ctx.options) {
+        prepared.request.mutable_parameters = match vac_parameters(ctx, name).await {
+            Ok(p) => p,
+            Err(e) => return Err(fail(ctx, cached, e).await),
+        };
+    }
+
     // Durable intent, and the authoritative read of the claim in one request.
     let claim = if has_finalizer(cached, keys::FINALIZER_PVC_INTENT) {
         match get_fresh(
@@ -321,6 +337,29 @@ async fn provision(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Acti
     // only drops the intent.
     drop_intent(ctx, &claim).await?;
     Ok(Action::await_change())
+}
+
+/// The parameters of the VolumeAttributesClass `name`, read from the API
+/// server as upstream does (one read per attempt; the class may be newer than
+/// any cache). A class meant for another driver is refused.
+async fn vac_parameters(ctx: &Context, name: &str) -> Result<HashMap<String, String>, ClaimError> {
+    let api: Api<VolumeAttributesClass> = Api::all(ctx.client.clone());
+    let vac = api
+        .get(name)
+        .await
+        .map_err(|source| ClaimError::GetVolumeAttributesClass {
+            name: name.to_string(),
+            source,
+        })?;
+    if vac.driver_name != ctx.driver.name {
+        return Err(ProvisionError::VolumeAttributesClassOfAnotherDriver {
+            name: name.to_string(),
+            driver: vac.driver_name,
+            ours: ctx.driver.name.clone(),
+        }
+        .into());
+    }
+    Ok(vac.parameters.unwrap_or_default().into_iter().collect())
 }
 
 /// Returns how long to wait if the claim's last attempt was infeasible and
@@ -592,11 +631,15 @@ async fn abandon(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Action
             return Ok(Action::await_change());
         }
     };
-    // Best effort: the same requirements as the original call, when they can still be computed.
+    // Best effort: the same requirements and mutable parameters as the
+    // original call, when they can still be computed.
     prepared.request.accessibility_requirements = topology::requirements(ctx, &claim, &class)
         .await
         .ok()
         .flatten();
+    if let Some(name) = provision::claim_vac_name(&claim, &ctx.options) {
+        prepared.request.mutable_parameters = vac_parameters(ctx, name).await.unwrap_or_default();
+    }
     // A cleanup that got as far as recording the handle must not create the
     // volume again: it may already be deleted, and CreateVolume would make a new one.
     let recorded = claim

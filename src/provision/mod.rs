@@ -35,6 +35,9 @@ pub struct ProvisionOptions {
     pub immediate_topology: bool,
     /// The `Topology` feature gate (GA, on by default).
     pub topology_gate: bool,
+    /// The `VolumeAttributesClass` feature gate, resolved at start-up (on
+    /// unless turned off or the API server does not serve the kind).
+    pub volume_attributes_class: bool,
 }
 
 impl Default for ProvisionOptions {
@@ -48,6 +51,7 @@ impl Default for ProvisionOptions {
             strict_topology: false,
             immediate_topology: true,
             topology_gate: true,
+            volume_attributes_class: true,
         }
     }
 }
@@ -119,6 +123,18 @@ pub enum ProvisionError {
     UnknownVolumeMode(String),
     #[error("{0}")]
     Topology(String),
+    #[error(
+        "CSI driver does not support VolumeAttributesClass: controller MODIFY_VOLUME capability is not reported"
+    )]
+    VolumeAttributesClassNotSupported,
+    #[error(
+        "VAC {name} referenced in PVC is for driver {driver} which does not match driver name {ours}"
+    )]
+    VolumeAttributesClassOfAnotherDriver {
+        name: String,
+        driver: String,
+        ours: String,
+    },
     #[error("CreateVolume returned no volume or an empty volume id")]
     EmptyVolumeId,
     #[error("created volume capacity {got} less than requested capacity {want}")]
@@ -150,6 +166,22 @@ pub fn claim_selected_node(claim: &PersistentVolumeClaim) -> Option<&str> {
     ann.get(keys::ANN_SELECTED_NODE)
         .or_else(|| ann.get(keys::ANN_ALPHA_SELECTED_NODE))
         .map(String::as_str)
+        .filter(|n| !n.is_empty())
+}
+
+/// The VolumeAttributesClass a claim asks for, when the gate is on.
+pub fn claim_vac_name<'a>(
+    claim: &'a PersistentVolumeClaim,
+    opts: &ProvisionOptions,
+) -> Option<&'a str> {
+    if !opts.volume_attributes_class {
+        return None;
+    }
+    claim
+        .spec
+        .as_ref()?
+        .volume_attributes_class_name
+        .as_deref()
         .filter(|n| !n.is_empty())
 }
 

@@ -14,7 +14,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::{
-    DriverInfo, PreparedVolume, ProvisionError, ProvisionOptions, SecretKind, claim_class, quantity,
+    DriverInfo, PreparedVolume, ProvisionError, ProvisionOptions, SecretKind, claim_class,
+    claim_vac_name, quantity,
 };
 use crate::csi::pb;
 use crate::keys;
@@ -145,6 +146,7 @@ pub fn build_pv(
             ),
             mount_options: class.mount_options.clone().filter(|m| !m.is_empty()),
             node_affinity: node_affinity(&volume.accessible_topology),
+            volume_attributes_class_name: claim_vac_name(claim, opts).map(str::to_string),
             ..Default::default()
         }),
         ..Default::default()
@@ -346,5 +348,29 @@ mod tests {
         )
         .unwrap();
         assert_eq!(pv.spec.unwrap().csi.unwrap().read_only, None);
+    }
+
+    #[test]
+    fn volume_attributes_class_is_copied_when_the_gate_is_on() {
+        let sc = class(&[]);
+        let mut c = claim();
+        c.spec.as_mut().unwrap().volume_attributes_class_name = Some("gold".into());
+        let mut d = driver();
+        d.capabilities.modify_volume = true;
+        let on = ProvisionOptions::default();
+        let prepared = prepare(&c, &sc, &d, &on).unwrap();
+        let pv = build_pv(&prepared, &c, &sc, &response("v", 0), &d, &on).unwrap();
+        assert_eq!(
+            pv.spec.unwrap().volume_attributes_class_name.as_deref(),
+            Some("gold")
+        );
+        let off = ProvisionOptions {
+            volume_attributes_class: false,
+            ..Default::default()
+        };
+        let pv = build_pv(&prepared, &c, &sc, &response("v", 0), &d, &off).unwrap();
+        assert_eq!(pv.spec.unwrap().volume_attributes_class_name, None);
+        let pv = build_pv(&prepared, &claim(), &sc, &response("v", 0), &d, &on).unwrap();
+        assert_eq!(pv.spec.unwrap().volume_attributes_class_name, None);
     }
 }

@@ -7,7 +7,10 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::secrets::{self, SecretKind, SecretRef, TemplateInputs};
-use super::{DriverInfo, ProvisionError, ProvisionOptions, annotations, quantity, volume_name};
+use super::{
+    DriverInfo, ProvisionError, ProvisionOptions, annotations, claim_vac_name, quantity,
+    volume_name,
+};
 use crate::csi::pb;
 use crate::keys;
 
@@ -63,6 +66,11 @@ pub fn prepare(
         .or_else(|| spec.data_source_ref.as_ref().map(|d| d.kind.clone()))
     {
         return Err(ProvisionError::DataSourceNotSupported { kind });
+    }
+    // The class's parameters are fetched by the controller (an API read);
+    // whether the driver can take them at all is known now.
+    if claim_vac_name(claim, opts).is_some() && !driver.capabilities.modify_volume {
+        return Err(ProvisionError::VolumeAttributesClassNotSupported);
     }
 
     let params = class.parameters.clone().unwrap_or_default();
@@ -429,6 +437,11 @@ pub(crate) mod tests {
             d.capabilities.create_delete_volume = false;
             d
         };
+        let with_vac = {
+            let mut c = claim();
+            c.spec.as_mut().unwrap().volume_attributes_class_name = Some("gold".into());
+            c
+        };
         let table: Vec<(PersistentVolumeClaim, StorageClass, DriverInfo, &str)> = vec![
             (
                 claim(),
@@ -452,6 +465,7 @@ pub(crate) mod tests {
             (with_selector, class(&[]), driver(), "Selector"),
             (with_source, class(&[]), driver(), "not supported yet"),
             (no_uid, class(&[]), driver(), "missing UID"),
+            (with_vac, class(&[]), driver(), "MODIFY_VOLUME capability"),
             (
                 claim(),
                 class(&[]),
@@ -466,5 +480,26 @@ pub(crate) mod tests {
                 "{err} lacks {fragment:?}"
             );
         }
+    }
+
+    #[test]
+    fn volume_attributes_class_needs_the_gate_and_modify_volume() {
+        let mut c = claim();
+        c.spec.as_mut().unwrap().volume_attributes_class_name = Some("gold".into());
+        let gate_off = ProvisionOptions {
+            volume_attributes_class: false,
+            ..Default::default()
+        };
+        // Gate off: the class is not looked at (upstream ignores it too).
+        assert!(prepare(&c, &class(&[]), &driver(), &gate_off).is_ok());
+        let mut d = driver();
+        d.capabilities.modify_volume = true;
+        let p = prepare(&c, &class(&[]), &d, &Default::default()).unwrap();
+        assert!(
+            p.request.mutable_parameters.is_empty(),
+            "filled by the controller from the class it reads"
+        );
+        c.spec.as_mut().unwrap().volume_attributes_class_name = Some(String::new());
+        assert!(prepare(&c, &class(&[]), &driver(), &Default::default()).is_ok());
     }
 }

@@ -154,6 +154,11 @@ impl PvcFixture {
     }
 
     /// A raw block claim (`volumeMode: Block`).
+    pub fn attributes_class(mut self, vac: &str) -> Self {
+        self.spec().volume_attributes_class_name = Some(vac.to_string());
+        self
+    }
+
     pub fn block(mut self) -> Self {
         self.spec().volume_mode = Some("Block".to_string());
         self

@@ -24,6 +24,7 @@ pub const SUPPORTED_CAPABILITIES: &[ControllerCapability] = &[
     ControllerCapability::ListVolumesPublishedNodes,
     ControllerCapability::GetVolume,
     ControllerCapability::SingleNodeMultiWriter,
+    ControllerCapability::ModifyVolume,
 ];
 
 /// A fault-injecting CSI driver for tests, with a durable ledger of every volume it holds.
@@ -70,6 +71,12 @@ pub struct Args {
     /// Default: CREATE_DELETE_VOLUME,LIST_VOLUMES,GET_CAPACITY.
     #[arg(long, value_delimiter = ',')]
     pub capabilities: Vec<String>,
+
+    /// The mutable parameter keys this driver understands (what a VolumeAttributesClass may
+    /// set, with MODIFY_VOLUME); any other key in CreateVolume or ControllerModifyVolume is
+    /// INVALID_ARGUMENT, as the spec asks.
+    #[arg(long, value_delimiter = ',', default_value = "iops,throughput,tier")]
+    pub mutable_parameters: Vec<String>,
 
     /// Vendor version returned by GetPluginInfo.
     #[arg(long, default_value = env!("CARGO_PKG_VERSION"))]

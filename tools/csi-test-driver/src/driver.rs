@@ -35,6 +35,8 @@ pub struct DriverConfig {
     pub capacity_bytes: i64,
     pub topology: Option<(String, String)>,
     pub capabilities: Vec<ControllerCapability>,
+    /// Mutable parameter keys accepted (`--mutable-parameters`).
+    pub mutable_keys: Vec<String>,
     pub state_dir: PathBuf,
     /// At most one CreateVolume per name and one DeleteVolume per id at a time (ABORTED otherwise).
     pub serialize_by_name: bool,
@@ -144,6 +146,24 @@ impl Driver {
 
     fn has(&self, capability: ControllerCapability) -> bool {
         self.config.capabilities.contains(&capability)
+    }
+
+    /// Mutable parameters need MODIFY_VOLUME, and only known keys are taken.
+    fn check_mutable_parameters(&self, params: &HashMap<String, String>) -> Result<(), Status> {
+        if params.is_empty() {
+            return Ok(());
+        }
+        self.require(ControllerCapability::ModifyVolume)?;
+        match params
+            .keys()
+            .find(|k| !self.config.mutable_keys.contains(k))
+        {
+            Some(key) => Err(Status::invalid_argument(format!(
+                "mutable parameter {key:?} is not supported (supported: {})",
+                self.config.mutable_keys.join(", ")
+            ))),
+            None => Ok(()),
+        }
     }
 
     fn require(&self, capability: ControllerCapability) -> Result<(), Status> {
@@ -365,6 +385,7 @@ impl Driver {
                 "required_bytes {required} exceeds limit_bytes {limit}"
             )));
         }
+        self.check_mutable_parameters(&req.mutable_parameters)?;
         let parameters: BTreeMap<String, String> = sorted(&req.parameters);
         let content_source = content_source_of(req.volume_content_source.as_ref())?;
 
@@ -807,6 +828,29 @@ impl Driver {
         })
     }
 
+    /// Sets the named mutable parameters of a volume (what a VolumeAttributesClass carries).
+    fn controller_modify_volume(
+        &self,
+        req: v1::ControllerModifyVolumeRequest,
+    ) -> Result<v1::ControllerModifyVolumeResponse, Status> {
+        self.require(ControllerCapability::ModifyVolume)?;
+        if req.volume_id.is_empty() {
+            return Err(Status::invalid_argument("volume_id is required"));
+        }
+        self.check_mutable_parameters(&req.mutable_parameters)?;
+        let mut ledger = self.ledger();
+        let volume = ledger
+            .volumes
+            .get_mut(&req.volume_id)
+            .ok_or_else(|| Status::not_found(format!("volume {:?} not found", req.volume_id)))?;
+        // Keys not named keep their values.
+        volume
+            .mutable_parameters
+            .extend(sorted(&req.mutable_parameters));
+        self.persist(&ledger)?;
+        Ok(v1::ControllerModifyVolumeResponse {})
+    }
+
     // ---- Node ------------------------------------------------------------------------------
 
     fn node_get_info(&self, _: v1::NodeGetInfoRequest) -> Result<v1::NodeGetInfoResponse, Status> {
@@ -1119,7 +1163,12 @@ impl v1::controller_server::Controller for CsiService {
         r: Request<v1::ControllerModifyVolumeRequest>,
     ) -> Reply<v1::ControllerModifyVolumeResponse> {
         self.0
-            .serve("ControllerModifyVolume", r, unimplemented, None)
+            .serve(
+                "ControllerModifyVolume",
+                r,
+                Driver::controller_modify_volume,
+                None,
+            )
             .await
     }
 }

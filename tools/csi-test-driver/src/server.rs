@@ -46,6 +46,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             capacity_bytes: args.capacity_bytes,
             topology: args.topology(),
             capabilities,
+            mutable_keys: args.mutable_parameters.clone(),
             state_dir: args.state_dir.clone(),
             serialize_by_name: !args.allow_concurrent_calls_per_volume,
         },

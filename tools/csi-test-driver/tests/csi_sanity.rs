@@ -90,6 +90,7 @@ async fn csi_sanity_passes_with_every_capability_and_topology() {
             "+LIST_VOLUMES_PUBLISHED_NODES",
             "+GET_VOLUME",
             "+SINGLE_NODE_MULTI_WRITER",
+            "+MODIFY_VOLUME",
         ]
         .map(String::from)
         .to_vec(),
