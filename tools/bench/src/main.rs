@@ -42,6 +42,18 @@ enum Cmd {
     Run(RunArgs),
     /// The floor client (started by `run` as a contender; takes the sidecars' flags).
     Floor(floor::FloorArgs),
+    /// Write the report of a profile from the results of one or more earlier runs (e.g.
+    /// scenarios run separately with --only and --no-doc); no cluster needed.
+    Report {
+        #[arg(long, value_enum, default_value_t = Profile::Quick)]
+        profile: Profile,
+        /// A results.json written by `run` (in its --work-dir); repeatable, merged in order.
+        #[arg(long, required = true)]
+        results: Vec<PathBuf>,
+        /// The report to update (its generated section for this profile).
+        #[arg(long, default_value = "docs/benchmarks.md")]
+        doc: PathBuf,
+    },
     /// Redraw the plots of a profile from its results JSON (no cluster needed).
     Plot {
         #[arg(long, value_enum, default_value_t = Profile::Quick)]
@@ -96,6 +108,24 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().cmd {
         Cmd::Floor(args) => floor::run(args).await,
         Cmd::Run(args) => run(args).await,
+        Cmd::Report {
+            profile,
+            results,
+            doc,
+        } => {
+            let repo = std::env::current_dir()?;
+            let mut merged: Vec<RunResult> = Vec::new();
+            for path in &results {
+                let runs: Vec<RunResult> = serde_json::from_slice(&std::fs::read(path)?)?;
+                merged.extend(runs);
+            }
+            let scenarios = scenarios_that_ran(profile, &merged);
+            anyhow::ensure!(!scenarios.is_empty(), "no results of profile {profile:?}");
+            let files: Vec<String> = results.iter().map(|p| p.display().to_string()).collect();
+            let header = Machine::read(&repo)
+                .describe_merged(&format!("{profile:?}").to_lowercase(), &files);
+            write_report(&repo, &doc, profile, &scenarios, &merged, header, false)
+        }
         Cmd::Plot {
             profile,
             results,
@@ -199,10 +229,38 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         serde_json::to_vec_pretty(&results)?,
     )?;
 
+    let elapsed = started.elapsed().as_secs_f64();
+    let header = machine.describe(
+        &format!("{:?}", args.profile).to_lowercase(),
+        elapsed,
+        &load_after,
+    );
+    write_report(
+        &repo,
+        &args.doc,
+        args.profile,
+        &scenarios,
+        &results,
+        header,
+        args.no_doc,
+    )
+}
+
+/// Prints the tables and, unless `no_doc`, rewrites the profile's generated
+/// section of `doc`, its plots and its raw results next to it.
+fn write_report(
+    repo: &Path,
+    doc: &Path,
+    profile: Profile,
+    scenarios: &[Scenario],
+    results: &[RunResult],
+    header: String,
+    no_doc: bool,
+) -> anyhow::Result<()> {
     let mut verdicts = Vec::new();
     let mut sections = String::new();
-    for sc in &scenarios {
-        let figs = figures_of(sc, &results);
+    for sc in scenarios {
+        let figs = figures_of(sc, results);
         sections.push_str(&report::scenario_section(sc, &figs, &mut verdicts));
         sections.push('\n');
         if sc.name == "burst-raised-0ms" {
@@ -210,25 +268,24 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             sections.push('\n');
         }
     }
-    let profile = format!("{:?}", args.profile).to_lowercase();
+    let profile = format!("{profile:?}").to_lowercase();
     let summary = report::verdict_table(&verdicts);
     println!("\n## Ours against the targets\n\n{summary}\n{sections}");
 
-    let elapsed = started.elapsed().as_secs_f64();
-    if !args.no_doc {
-        let doc_path = abs(&repo, &args.doc);
+    if !no_doc {
+        let doc_path = abs(repo, doc);
         let asset_dir = doc_path.with_extension("");
         std::fs::create_dir_all(&asset_dir)?;
-        let plots = draw_plots(&asset_dir, &profile, &scenarios, &results);
+        let plots = draw_plots(&asset_dir, &profile, scenarios, results);
         std::fs::write(
             asset_dir.join(format!("{profile}-results.json")),
-            serde_json::to_vec(&results)?,
+            serde_json::to_vec(results)?,
         )?;
         let rel = asset_dir
             .file_name()
             .map(|d| d.to_string_lossy().to_string())
             .unwrap_or_default();
-        let mut body = machine.describe(&profile, elapsed, &load_after);
+        let mut body = header;
         body.push_str(&format!(
             "\n#### Ours against the targets ({profile})\n\n{summary}\n"
         ));
@@ -239,18 +296,33 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         body.push_str(&format!(
             "\nRaw per-round data: [`{rel}/{profile}-results.json`]({rel}/{profile}-results.json).\n"
         ));
-        let doc = std::fs::read_to_string(&doc_path).unwrap_or_else(|_| "# Benchmarks\n".into());
+        let text = std::fs::read_to_string(&doc_path).unwrap_or_else(|_| "# Benchmarks\n".into());
         std::fs::write(
             &doc_path,
-            report::replace_section(&doc, &format!("bench {profile}"), &body),
+            report::replace_section(&text, &format!("bench {profile}"), &body),
         )?;
         eprintln!(
-            "bench: wrote {} ({} scenarios) in {elapsed:.0} s",
+            "bench: wrote {} ({} scenarios)",
             doc_path.display(),
             scenarios.len()
         );
     }
     Ok(())
+}
+
+/// The scenarios of `profile` that have results, with the burst sizes that ran
+/// (a run may have overridden them with `--claims`).
+fn scenarios_that_ran(profile: Profile, results: &[RunResult]) -> Vec<Scenario> {
+    plan::plan(profile)
+        .into_iter()
+        .filter_map(|mut s| {
+            let ran = results.iter().find(|r| r.scenario == s.name)?;
+            if let Workload::Burst { claims } = &mut s.workload {
+                *claims = ran.claims;
+            }
+            Some(s)
+        })
+        .collect()
 }
 
 /// Round r starts with a different contender, so no one always goes first.
@@ -450,6 +522,27 @@ impl Machine {
             .unwrap_or_else(|| "?".into())
     }
 
+    /// The header of a report merged by `bench report` from separate runs.
+    fn describe_merged(&self, profile: &str, files: &[String]) -> String {
+        format!(
+            "### Profile `{profile}`: merged from separate runs\n\n\
+             - Command: `{}`, merging `{}` (each written by a `bench run --profile {profile} --only ...`; \
+               see the text above this section for how and when each ran).\n\
+             - Machine: {} × {}, {:.1} GiB, Linux {}.\n\
+             - Versions: ours as built for those runs (the text above names the commit); upstream \
+               external-provisioner {}; kube-apiserver and kube-controller-manager {}; etcd {}.\n",
+            std::env::args().collect::<Vec<_>>().join(" "),
+            files.join("`, `"),
+            self.cores,
+            self.cpu,
+            self.mem_gib,
+            self.kernel,
+            self.version("github.com/kubernetes-csi/external-provisioner/v6"),
+            self.version("k8s.io/kubernetes"),
+            self.version("go.etcd.io/etcd/server/v3"),
+        )
+    }
+
     fn describe(&self, profile: &str, elapsed: f64, load_after: &str) -> String {
         let date = std::process::Command::new("date")
             .args(["-u", "+%Y-%m-%d %H:%M UTC"])
@@ -488,6 +581,25 @@ impl Machine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_merged_report_shows_the_scenarios_and_sizes_that_ran() {
+        let ran = |scenario: &str, claims: usize| RunResult {
+            scenario: scenario.into(),
+            claims,
+            ..Default::default()
+        };
+        let results = vec![ran("idle", 1), ran("burst-default-0ms", 500)];
+        let scenarios = scenarios_that_ran(Profile::Full, &results);
+        let names: Vec<&str> = scenarios.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["burst-default-0ms", "idle"],
+            "plan order, only what ran"
+        );
+        assert_eq!(scenarios[0].workload, Workload::Burst { claims: 500 });
+        assert!(scenarios[0].title().starts_with("Burst of 500 claims"));
+    }
 
     #[test]
     fn every_contender_goes_first_once_in_three_rounds() {
