@@ -290,8 +290,6 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
     result
 }
 
-/// Connects to the driver (30 s, as upstream), waits for `Probe`, and reads
-/// its name and capabilities.
 /// Whether discovery of `storage.k8s.io/v1` lists VolumeAttributesClass. A
 /// failed discovery leaves the gate on (upstream turns it off only when
 /// discovery succeeds without the kind).
@@ -308,6 +306,8 @@ async fn serves_volume_attributes_class(client: &Client) -> bool {
     }
 }
 
+/// Connects to the driver (30 s, as upstream), waits for `Probe`, and reads
+/// its name and capabilities.
 async fn connect_driver(
     cfg: &RunConfig,
     metrics: Arc<Metrics>,

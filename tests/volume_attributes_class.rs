@@ -13,9 +13,15 @@ use kube::api::{Api, DeleteParams, PostParams};
 use kube::core::ObjectMeta;
 use support::{DEADLINE, Rig, unique_name, wait_for};
 
-/// Creates a cluster-scoped VolumeAttributesClass and returns its name.
-async fn create_vac(rig: &Rig, driver: &str, params: &[(&str, &str)]) -> String {
-    let name = unique_name("vac");
+/// Creates a cluster-scoped VolumeAttributesClass (named uniquely unless `name` is given)
+/// and returns its name.
+async fn create_vac(
+    rig: &Rig,
+    name: Option<&str>,
+    driver: &str,
+    params: &[(&str, &str)],
+) -> String {
+    let name = name.map_or_else(|| unique_name("vac"), str::to_string);
     let vac = VolumeAttributesClass {
         metadata: ObjectMeta {
             name: Some(name.clone()),
@@ -48,7 +54,7 @@ async fn class_parameters_become_mutable_parameters_and_the_pv_names_the_class()
         .driver(|d| d.capabilities = vec!["+MODIFY_VOLUME".into()])
         .start()
         .await;
-    let vac = create_vac(&rig, &rig.driver_name.clone(), &[("iops", "3000")]).await;
+    let vac = create_vac(&rig, None, &rig.driver_name.clone(), &[("iops", "3000")]).await;
     rig.create_claim(rig.claim("data").attributes_class(&vac))
         .await;
     let pv = rig.wait_bound("data").await;
@@ -83,7 +89,7 @@ async fn unusable_classes_fail_the_claim_and_create_nothing() {
         .driver(|d| d.capabilities = vec!["+MODIFY_VOLUME".into()])
         .start()
         .await;
-    let foreign = create_vac(&rig, "other.csi.example.com", &[("iops", "1")]).await;
+    let foreign = create_vac(&rig, None, "other.csi.example.com", &[("iops", "1")]).await;
     rig.create_claim(rig.claim("foreign").attributes_class(&foreign))
         .await;
     let missing = unique_name("vac-missing");
@@ -109,18 +115,13 @@ async fn unusable_classes_fail_the_claim_and_create_nothing() {
     );
 
     // Once the missing class exists, the retries provision that claim.
-    let vac = VolumeAttributesClass {
-        metadata: ObjectMeta {
-            name: Some(missing.clone()),
-            ..Default::default()
-        },
-        driver_name: rig.driver_name.clone(),
-        parameters: Some(BTreeMap::from([("tier".to_string(), "gold".to_string())])),
-    };
-    Api::<VolumeAttributesClass>::all(rig.client.clone())
-        .create(&PostParams::default(), &vac)
-        .await
-        .expect("creating the late VolumeAttributesClass");
+    create_vac(
+        &rig,
+        Some(&missing),
+        &rig.driver_name.clone(),
+        &[("tier", "gold")],
+    )
+    .await;
     let pv = rig.wait_bound("missing").await;
     let ledger = rig.ledger().await;
     assert_eq!(
@@ -146,7 +147,7 @@ async fn unusable_classes_fail_the_claim_and_create_nothing() {
 #[tokio::test]
 async fn a_driver_without_modify_volume_is_told_so() {
     let rig = Rig::builder("vac-nocap").start().await;
-    let vac = create_vac(&rig, &rig.driver_name.clone(), &[("iops", "3000")]).await;
+    let vac = create_vac(&rig, None, &rig.driver_name.clone(), &[("iops", "3000")]).await;
     rig.create_claim(rig.claim("data").attributes_class(&vac))
         .await;
     rig.wait_claim_event(
