@@ -866,6 +866,91 @@ async fn released_pv_switched_to_retain_keeps_its_volume_and_loses_our_finalizer
     rig.cleanup().await;
 }
 
+/// The volume path decides on its cache, but only the API server's copy of the PV may
+/// carry the decision out (DESIGN §2.2). The sidecar talks to the API server through the
+/// fault proxy, whose PV watch runs 3 s late: the claim is deleted, and as soon as the PV
+/// is Released on the server it is switched to Retain. For ~3 s the sidecar's cache says
+/// "Released, Delete" while the server says Retain: the volume and the PV must be kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn released_pv_switched_to_retain_while_the_cache_is_late_keeps_its_volume() {
+    let cluster = support::cluster().await;
+    let admin = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&cluster.kubeconfig).unwrap(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    let proxy = kube_fault_proxy::Proxy::start("127.0.0.1:0".parse().unwrap(), admin, 1)
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("proxy.kubeconfig");
+    proxy.write_kubeconfig(&kubeconfig, "default").unwrap();
+    let rig = Rig::builder("inv-late-cache")
+        .sidecar_args(FAST)
+        .kubeconfig(kubeconfig)
+        .start()
+        .await;
+    rig.create_claim(rig.claim("data")).await;
+    let pv = rig.wait_bound("data").await;
+    let pv_name = pv.metadata.name.clone().unwrap();
+    let handle = pv_handle(&pv);
+    wait_intent_dropped(&rig, "data").await;
+
+    proxy.add_rule(
+        kube_fault_proxy::Rule::new(kube_fault_proxy::Fault::DelayEvents { ms: 3000 })
+            .verbs(&["watch"])
+            .resources(&["persistentvolumes"]),
+    );
+    rig.delete_claim("data").await;
+    let volumes = rig.volumes();
+    loop {
+        if pv_phase(&rig, &pv_name).await.as_deref() == Some("Released") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let patch = serde_json::json!({"spec": {"persistentVolumeReclaimPolicy": "Retain"}});
+    volumes
+        .patch(
+            &pv_name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+
+    // The late "Released, Delete" reaches the sidecar ~3 s after it happened, the Retain
+    // just after; then our finalizer goes (policy is no longer Delete).
+    wait_for("our PV finalizer to be removed", DEADLINE, || async {
+        let pv = volumes.get_opt(&pv_name).await.unwrap();
+        let pv = pv.expect("the PV of a Retain policy was deleted");
+        if holds_pv_finalizer(&pv) {
+            Err(pv.metadata.finalizers)
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    let pv = volumes.get(&pv_name).await.unwrap();
+    assert!(pv.metadata.deletion_timestamp.is_none(), "the PV is kept");
+    let ledger = rig.ledger().await;
+    assert!(
+        ledger.volumes.contains_key(&handle),
+        "volume kept: {ledger:#?}"
+    );
+    assert_eq!(delete_calls(&ledger), 0, "{ledger:#?}");
+    // Not vacuous: the sidecar did act on its late copy, and the API server refused it.
+    let log = rig.sidecar_log();
+    assert!(
+        log.contains("changed since the cache saw it"),
+        "the sidecar never acted on the late copy:\n{log}"
+    );
+
+    delete_pv(&rig, &pv_name).await;
+    rig.cleanup().await;
+}
+
 #[tokio::test]
 async fn bound_pv_object_deleted_keeps_its_volume_until_the_claim_is_deleted() {
     let rig = Rig::builder("inv-bound-del")

@@ -1,6 +1,6 @@
 //! The volume path: a PV we provisioned that is `Released` with reclaim
-//! policy `Delete` gets `DeleteVolume`, then the PV is deleted and our
-//! finalizer dropped. A `Bound` PV's volume is never deleted, even when the PV
+//! policy `Delete` is deleted (our finalizer holds it), gets `DeleteVolume`,
+//! then our finalizer is dropped. A `Bound` PV's volume is never deleted, even when the PV
 //! object is being deleted: the finalizer holds it until the claim lets go.
 //! upstream: lib controller.go syncVolume, shouldDelete, deleteVolumeOperation.
 
@@ -140,15 +140,13 @@ fn labels(pv: &PersistentVolume) -> VolumeLabels {
 
 async fn delete(ctx: &Context, cached: &PersistentVolume) -> Result<(), VolumeError> {
     let api = ctx.pv_api();
-    // Authoritative re-read: phase, policy, ownership and identity must still
-    // say "delete" on the API server, not just in our cache.
-    let Some(pv) = get_fresh(&api, &cached.name_any()).await? else {
+    if !ctx.leader.is_leader() {
+        return Err(VolumeError::NotLeader);
+    }
+    let Some(pv) = confirm_delete(ctx, cached).await? else {
+        debug!(pv = %cached.name_any(), "no longer to be deleted");
         return Ok(());
     };
-    if pv.uid() != cached.uid() || work_for(&pv, &ctx.driver.name) != Work::Delete {
-        debug!(pv = %pv.name_any(), "no longer to be deleted");
-        return Ok(());
-    }
     let started = Instant::now();
     let Some(handle) = pv
         .spec
@@ -189,26 +187,25 @@ async fn delete(ctx: &Context, cached: &PersistentVolume) -> Result<(), VolumeEr
             return Err(err);
         }
     }
-    let dp = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: pv.uid(),
-            resource_version: None,
-        }),
-        ..Default::default()
-    };
-    // The answer is the object while finalizers hold it (then drop ours from
-    // exactly that object), or a status once it is gone.
-    match api.delete(&pv.name_any(), &dp).await {
-        Ok(answer) => {
-            if let Some(current) = answer.left()
-                && current.uid() == pv.uid()
-            {
-                remove_finalizer(&api, &current, keys::FINALIZER_PV).await?;
+    if pv.metadata.deletion_timestamp.is_some() {
+        // Deleted already (by `confirm_delete` or someone else): only our
+        // finalizer is left to drop.
+        remove_finalizer(&api, &pv, keys::FINALIZER_PV).await?;
+    } else {
+        // The answer is the object while finalizers hold it (then drop ours
+        // from exactly that object), or a status once it is gone.
+        match api.delete(&pv.name_any(), &preconditions(&pv, false)).await {
+            Ok(answer) => {
+                if let Some(current) = answer.left()
+                    && current.uid() == pv.uid()
+                {
+                    remove_finalizer(&api, &current, keys::FINALIZER_PV).await?;
+                }
             }
+            // Gone, or the name is another object's now (the UID precondition).
+            Err(e) if is_status(&e, 404) || is_status(&e, 409) => {}
+            Err(e) => return Err(e.into()),
         }
-        // Gone, or the name is another object's now (the UID precondition).
-        Err(e) if is_status(&e, 404) || is_status(&e, 409) => {}
-        Err(e) => return Err(e.into()),
     }
     ctx.deleted.insert(&pv.uid().unwrap_or_default());
     ctx.metrics.delete_total.get_or_create(&labels(&pv)).inc();
@@ -218,6 +215,51 @@ async fn delete(ctx: &Context, cached: &PersistentVolume) -> Result<(), VolumeEr
         .observe(started.elapsed().as_secs_f64());
     info!(pv = %pv.name_any(), volume = %handle, "deleted");
     Ok(())
+}
+
+/// The PV as the API server has it, if it still says "delete" there and not
+/// just in our cache (DESIGN §2.2): phase, policy, ownership and identity.
+///
+/// A PV our finalizer holds is confirmed and deleted in one request: a DELETE
+/// fenced on the cached UID *and* resourceVersion succeeds only if nothing in
+/// the object changed since the decision was taken, and the finalizer keeps
+/// the PV (now Terminating) until the backend volume is gone. Anything else —
+/// a stale cache (409), a PV already being deleted, a PV without our
+/// finalizer (deleting it first would lose the record of its volume) — is
+/// read back and decided again.
+async fn confirm_delete(
+    ctx: &Context,
+    cached: &PersistentVolume,
+) -> Result<Option<PersistentVolume>, VolumeError> {
+    let api = ctx.pv_api();
+    if has_finalizer(cached, keys::FINALIZER_PV) && cached.metadata.deletion_timestamp.is_none() {
+        match api
+            .delete(&cached.name_any(), &preconditions(cached, true))
+            .await
+        {
+            Ok(answer) => return Ok(answer.left()),
+            Err(e) if is_status(&e, 404) => return Ok(None),
+            Err(e) if is_status(&e, 409) => {
+                debug!(pv = %cached.name_any(), "changed since the cache saw it: reading it");
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let Some(pv) = get_fresh(&api, &cached.name_any()).await? else {
+        return Ok(None);
+    };
+    Ok((pv.uid() == cached.uid() && work_for(&pv, &ctx.driver.name) == Work::Delete).then_some(pv))
+}
+
+/// A DELETE fenced on `pv`'s UID, and on its resourceVersion if `exact`.
+fn preconditions(pv: &PersistentVolume, exact: bool) -> DeleteParams {
+    DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: pv.uid(),
+            resource_version: if exact { pv.resource_version() } else { None },
+        }),
+        ..Default::default()
+    }
 }
 
 /// The provisioner secret recorded on the PV at provisioning time. A secret

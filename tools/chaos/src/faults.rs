@@ -248,7 +248,8 @@ async fn apply(
     let watched = ["persistentvolumes", "persistentvolumeclaims"][rng.random_range(0..2)];
     let rule = match action {
         Action::ApiError => {
-            let writes = matches!(verb, "update" | "patch");
+            // A write refused as stale: what a precondition or a changed object gets.
+            let writes = matches!(verb, "update" | "patch" | "delete");
             let codes: &[u16] = if writes {
                 &[409, 429, 500, 503]
             } else {
