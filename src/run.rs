@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::{Controller, WatchStreamExt, controller, reflector, watcher};
 use kube::{Api, Client};
@@ -22,6 +22,7 @@ use crate::controller::{Backoff, Context, claim, volume};
 use crate::csi::{CsiClient, DriverCapabilities};
 use crate::http::{HttpServer, LeaderHealth};
 use crate::kube::lease::{Elector, LeaseConfig, lease_name};
+use crate::kube::slim::Pv;
 use crate::kube::throttle::ThrottleLayer;
 use crate::kube::{EventRecorder, LeaderGate};
 use crate::metrics::Metrics;
@@ -181,7 +182,8 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
 
     // 4. Caches and reconcilers.
     let (classes, class_writer) = reflector::store();
-    let class_stream = cached_stream::<StorageClass>(&client, class_writer).for_each(|_| async {});
+    let class_stream = cached_stream::<StorageClass>(&client, class_writer, drop_managed_fields)
+        .for_each(|_| async {});
 
     let (claim_store, claim_writer) = reflector::store();
     let (volume_store, volume_writer) = reflector::store();
@@ -211,7 +213,7 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
     let volume_queue = metrics.work_queue("volumes");
     let shutdown = stop.clone();
     let claims = Controller::for_stream(
-        cached_stream::<PersistentVolumeClaim>(&client, claim_writer),
+        cached_stream::<PersistentVolumeClaim>(&client, claim_writer, claim::trim),
         claim_store.clone(),
     )
     .with_config(workers.clone())
@@ -225,7 +227,7 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
     let claims = until_done_or_stopped_unready(claims, claim_store, stop.clone());
     let shutdown = stop.clone();
     let volumes = Controller::for_stream(
-        cached_stream::<PersistentVolume>(&client, volume_writer),
+        cached_stream::<Pv>(&client, volume_writer, Pv::trim),
         volume_store.clone(),
     )
     .with_config(workers)
@@ -401,14 +403,16 @@ async fn until_done_or_stopped_unready<K>(
     }
 }
 
-/// A watch of every `K` feeding `writer`, with `managedFields` dropped before
-/// caching: they are often most of an object's bytes and we never read them.
+/// A watch of every `K` feeding `writer`, each object passed through `trim`
+/// before caching (at least: `managedFields` dropped, they are often most of
+/// an object's bytes and we never read them).
 /// The initial list may be served from the API server's watch cache
 /// (`resourceVersion=0`): a cache is only for finding work, every decision is
 /// re-read from the API server (DESIGN §2.2).
 fn cached_stream<K>(
     client: &Client,
     writer: reflector::store::Writer<K>,
+    trim: fn(&mut K),
 ) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
     K: kube::Resource<DynamicType = ()>
@@ -424,8 +428,12 @@ where
         watcher::Config::default().any_semantic(),
     )
     .default_backoff()
-    .modify(|obj| obj.meta_mut().managed_fields = None);
+    .modify(trim);
     reflector(writer, stream).applied_objects()
+}
+
+fn drop_managed_fields<K: kube::Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
 }
 
 async fn kube_client(cfg: &RunConfig, limit: RateLimit) -> Result<Client, FatalError> {

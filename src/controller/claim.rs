@@ -24,6 +24,7 @@ use super::topology::{self, TopologyError};
 use super::{Context, bound_claim_uid};
 use crate::csi::{CsiErrorClass, classify, pb};
 use crate::keys;
+use crate::kube::slim::Pv;
 use crate::kube::{
     EventType, add_finalizer, get_fresh, has_finalizer, is_status, remove_finalizer,
 };
@@ -110,6 +111,32 @@ fn work_for(claim: &PersistentVolumeClaim, driver: &str) -> Work {
         (true, true) => Work::DropIntent,
         (true, false) => Work::Nothing,
     }
+}
+
+/// Trims a claim before it is cached. A claim bound to a PV and without our
+/// intent has nothing left for any sidecar to do (`work_for` is `Nothing` for
+/// it whatever its other fields say, deleted or not, and a bound claim never
+/// becomes unbound), so only its identity, finalizers, deletion mark and
+/// volume name are kept: in a cluster of bound claims that is most of the
+/// cache. Claims still to be provisioned are cached whole.
+pub fn trim(claim: &mut PersistentVolumeClaim) {
+    claim.metadata.managed_fields = None;
+    let bound = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_ref())
+        .is_some_and(|v| !v.is_empty());
+    if !bound || has_finalizer(claim, keys::FINALIZER_PVC_INTENT) {
+        return;
+    }
+    claim.metadata.annotations = None;
+    claim.metadata.labels = None;
+    claim.metadata.owner_references = None;
+    claim.spec = Some(k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {
+        volume_name: claim.spec.as_mut().and_then(|s| s.volume_name.take()),
+        ..Default::default()
+    });
+    claim.status = None;
 }
 
 pub async fn reconcile(
@@ -381,7 +408,7 @@ fn infeasible_wait(ctx: &Context, uid: &str, class: &StorageClass) -> Option<Dur
 async fn already_provisioned(
     ctx: &Context,
     claim: &PersistentVolumeClaim,
-    pv: &PersistentVolume,
+    pv: &Pv,
 ) -> Result<Action, ClaimError> {
     let owner = bound_claim_uid(pv).unwrap_or_default().to_string();
     if Some(owner.as_str()) == claim.uid().as_deref() {
@@ -542,7 +569,11 @@ async fn save_pv(
     pv: PersistentVolume,
 ) -> Result<(), ClaimError> {
     let name = pv.name_any();
-    match ctx.pv_api().create(&PostParams::default(), &pv).await {
+    match ctx
+        .pv_create_api()
+        .create(&PostParams::default(), &pv)
+        .await
+    {
         Ok(_) => {
             ctx.remember_saved(&name, &claim.uid().unwrap_or_default());
             Ok(())
@@ -784,13 +815,43 @@ mod tests {
             (claim(&[], None, &intent, true), "nothing"),
         ];
         for (c, want) in cases {
-            let got = match work_for(&c, "d") {
-                Work::Nothing => "nothing",
-                Work::Provision => "provision",
-                Work::Abandon => "abandon",
-                Work::DropIntent => "drop",
-            };
-            assert_eq!(got, want, "{:?}", c.metadata);
+            assert_eq!(work_name(&c), want, "{:?}", c.metadata);
+            // The cache holds trimmed claims: trimming never changes the work.
+            let mut trimmed = c.clone();
+            trim(&mut trimmed);
+            assert_eq!(work_name(&trimmed), want, "trimmed {:?}", c.metadata);
+        }
+    }
+
+    fn work_name(c: &PersistentVolumeClaim) -> &'static str {
+        match work_for(c, "d") {
+            Work::Nothing => "nothing",
+            Work::Provision => "provision",
+            Work::Abandon => "abandon",
+            Work::DropIntent => "drop",
+        }
+    }
+
+    #[test]
+    fn trims_only_bound_claims_without_the_intent() {
+        let ours = [(keys::ANN_STORAGE_PROVISIONER, "d")];
+        let mut done = claim(&ours, Some("pv"), &["kubernetes.io/pvc-protection"], false);
+        done.metadata.name = Some("c".into());
+        done.metadata.uid = Some("u".into());
+        trim(&mut done);
+        assert_eq!(done.metadata.annotations, None);
+        assert_eq!(done.metadata.name.as_deref(), Some("c"));
+        assert_eq!(done.metadata.uid.as_deref(), Some("u"));
+        assert_eq!(done.metadata.finalizers.as_ref().unwrap().len(), 1);
+        assert_eq!(done.spec.unwrap().volume_name.as_deref(), Some("pv"));
+
+        for c in [
+            claim(&ours, None, &[], false),
+            claim(&ours, Some("pv"), &[keys::FINALIZER_PVC_INTENT], false),
+        ] {
+            let mut trimmed = c.clone();
+            trim(&mut trimmed);
+            assert_eq!(trimmed, c, "kept whole");
         }
     }
 }

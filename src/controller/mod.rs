@@ -15,6 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{PersistentVolume, Secret};
+
+use crate::kube::slim::Pv;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Client;
 use kube::runtime::reflector::Store;
@@ -49,7 +51,7 @@ pub struct Context {
     /// The PV cache: finds "this claim's PV exists" without a request. Only
     /// ever trusted for that answer (a PV once seen bound to the claim's UID
     /// did exist); "no PV" is always confirmed by the API server.
-    pub volumes: Store<PersistentVolume>,
+    pub volumes: Store<Pv>,
     /// PVs this process saved (or found saved) that the PV cache may not show
     /// yet, by PV name and claim UID ([`Context::remember_saved`]); an entry
     /// goes once the cache has the PV.
@@ -71,7 +73,7 @@ pub struct Context {
 pub struct Remembered(Mutex<HashSet<String>>);
 
 /// The UID of the claim a PV is bound (or pre-bound) to.
-pub fn bound_claim_uid(pv: &PersistentVolume) -> Option<&str> {
+pub fn bound_claim_uid(pv: &Pv) -> Option<&str> {
     pv.spec
         .as_ref()
         .and_then(|s| s.claim_ref.as_ref())
@@ -159,7 +161,13 @@ impl Context {
             .collect())
     }
 
-    pub fn pv_api(&self) -> kube::Api<PersistentVolume> {
+    /// PVs as the sidecar reads, deletes and patches them: the slim shape.
+    pub fn pv_api(&self) -> kube::Api<Pv> {
+        kube::Api::all(self.client.clone())
+    }
+
+    /// PVs as the claim path creates them: the full object.
+    pub fn pv_create_api(&self) -> kube::Api<PersistentVolume> {
         kube::Api::all(self.client.clone())
     }
 

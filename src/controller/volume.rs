@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::controller::Action;
@@ -18,6 +17,7 @@ use tracing::{debug, info, warn};
 use super::Context;
 use crate::csi::pb;
 use crate::keys;
+use crate::kube::slim::Pv;
 use crate::kube::{
     EventType, add_finalizer, get_fresh, has_finalizer, is_status, remove_finalizer,
 };
@@ -47,7 +47,7 @@ enum Work {
     Delete,
 }
 
-fn is_ours(pv: &PersistentVolume, driver: &str) -> bool {
+fn is_ours(pv: &Pv, driver: &str) -> bool {
     let ann = pv.annotations();
     match ann.get(keys::ANN_PROVISIONED_BY) {
         Some(by) => {
@@ -61,7 +61,7 @@ fn is_ours(pv: &PersistentVolume, driver: &str) -> bool {
     }
 }
 
-fn work_for(pv: &PersistentVolume, driver: &str) -> Work {
+fn work_for(pv: &Pv, driver: &str) -> Work {
     if !is_ours(pv, driver) {
         return Work::Nothing;
     }
@@ -93,10 +93,7 @@ fn work_for(pv: &PersistentVolume, driver: &str) -> Work {
     }
 }
 
-pub async fn reconcile(
-    pv: Arc<PersistentVolume>,
-    ctx: Arc<Context>,
-) -> Result<Action, VolumeError> {
+pub async fn reconcile(pv: Arc<Pv>, ctx: Arc<Context>) -> Result<Action, VolumeError> {
     let api = ctx.pv_api();
     let uid = pv.uid().unwrap_or_default();
     if !has_finalizer(pv.as_ref(), keys::FINALIZER_PV) {
@@ -119,7 +116,7 @@ pub async fn reconcile(
     Ok(Action::await_change())
 }
 
-pub fn error_policy(pv: Arc<PersistentVolume>, err: &VolumeError, ctx: Arc<Context>) -> Action {
+pub fn error_policy(pv: Arc<Pv>, err: &VolumeError, ctx: Arc<Context>) -> Action {
     let delay = ctx.volume_backoff.next_delay(&pv.name_any());
     match err {
         VolumeError::NotLeader => debug!(pv = %pv.name_any(), "not leader"),
@@ -128,7 +125,7 @@ pub fn error_policy(pv: Arc<PersistentVolume>, err: &VolumeError, ctx: Arc<Conte
     Action::requeue(delay)
 }
 
-fn labels(pv: &PersistentVolume) -> VolumeLabels {
+fn labels(pv: &Pv) -> VolumeLabels {
     VolumeLabels {
         class: pv
             .spec
@@ -138,7 +135,7 @@ fn labels(pv: &PersistentVolume) -> VolumeLabels {
     }
 }
 
-async fn delete(ctx: &Context, cached: &PersistentVolume) -> Result<(), VolumeError> {
+async fn delete(ctx: &Context, cached: &Pv) -> Result<(), VolumeError> {
     let api = ctx.pv_api();
     if !ctx.leader.is_leader() {
         return Err(VolumeError::NotLeader);
@@ -227,10 +224,7 @@ async fn delete(ctx: &Context, cached: &PersistentVolume) -> Result<(), VolumeEr
 /// a stale cache (409), a PV already being deleted, a PV without our
 /// finalizer (deleting it first would lose the record of its volume) — is
 /// read back and decided again.
-async fn confirm_delete(
-    ctx: &Context,
-    cached: &PersistentVolume,
-) -> Result<Option<PersistentVolume>, VolumeError> {
+async fn confirm_delete(ctx: &Context, cached: &Pv) -> Result<Option<Pv>, VolumeError> {
     let api = ctx.pv_api();
     if has_finalizer(cached, keys::FINALIZER_PV) && cached.metadata.deletion_timestamp.is_none() {
         match api
@@ -252,7 +246,7 @@ async fn confirm_delete(
 }
 
 /// A DELETE fenced on `pv`'s UID, and on its resourceVersion if `exact`.
-fn preconditions(pv: &PersistentVolume, exact: bool) -> DeleteParams {
+fn preconditions(pv: &Pv, exact: bool) -> DeleteParams {
     DeleteParams {
         preconditions: Some(Preconditions {
             uid: pv.uid(),
@@ -264,7 +258,7 @@ fn preconditions(pv: &PersistentVolume, exact: bool) -> DeleteParams {
 
 /// The provisioner secret recorded on the PV at provisioning time. A secret
 /// that cannot be read is logged and deletion goes on without it (upstream).
-async fn deletion_secrets(ctx: &Context, pv: &PersistentVolume) -> HashMap<String, String> {
+async fn deletion_secrets(ctx: &Context, pv: &Pv) -> HashMap<String, String> {
     let ann = pv.annotations();
     let r = match (
         ann.get(keys::ANN_DELETION_SECRET_NAME),
@@ -291,7 +285,7 @@ async fn deletion_secrets(ctx: &Context, pv: &PersistentVolume) -> HashMap<Strin
 /// The provisioner secret as the PV's (current) StorageClass names it, for PVs
 /// without the deletion-secret annotations. Claim annotations are not known
 /// any more, so templates using them fail (as upstream).
-fn secret_from_class(ctx: &Context, pv: &PersistentVolume) -> Option<SecretRef> {
+fn secret_from_class(ctx: &Context, pv: &Pv) -> Option<SecretRef> {
     let spec = pv.spec.as_ref()?;
     let class_name = spec.storage_class_name.as_deref()?;
     let class = ctx
@@ -316,43 +310,40 @@ fn secret_from_class(ctx: &Context, pv: &PersistentVolume) -> Option<SecretRef> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{
-        CSIPersistentVolumeSource, PersistentVolumeSpec, PersistentVolumeStatus,
-    };
+    use crate::kube::slim::{PvCsi, PvSpec, PvStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-    struct Pv(PersistentVolume);
+    struct Fixture(Pv);
 
-    impl Pv {
-        fn ours() -> Pv {
-            let mut pv = PersistentVolume::default();
+    impl Fixture {
+        fn ours() -> Fixture {
+            let mut pv = Pv::default();
             pv.metadata.annotations =
                 Some([(keys::ANN_PROVISIONED_BY.to_string(), "d".to_string())].into());
-            pv.spec = Some(PersistentVolumeSpec {
+            pv.spec = Some(PvSpec {
                 persistent_volume_reclaim_policy: Some("Delete".into()),
-                csi: Some(CSIPersistentVolumeSource {
+                csi: Some(PvCsi {
                     driver: "d".into(),
                     volume_handle: "h".into(),
-                    ..Default::default()
                 }),
                 ..Default::default()
             });
-            Pv(pv)
+            Fixture(pv)
         }
-        fn static_of(driver: &str) -> Pv {
-            let mut pv = Pv::ours();
+        fn static_of(driver: &str) -> Fixture {
+            let mut pv = Fixture::ours();
             pv.0.metadata.annotations = None;
             pv.0.spec.as_mut().unwrap().csi.as_mut().unwrap().driver = driver.into();
             pv
         }
-        fn phase(mut self, p: &str) -> Pv {
-            self.0.status = Some(PersistentVolumeStatus {
+        fn phase(mut self, p: &str) -> Fixture {
+            self.0.status = Some(PvStatus {
                 phase: Some(p.into()),
                 ..Default::default()
             });
             self
         }
-        fn policy(mut self, p: &str) -> Pv {
+        fn policy(mut self, p: &str) -> Fixture {
             self.0
                 .spec
                 .as_mut()
@@ -360,16 +351,16 @@ mod tests {
                 .persistent_volume_reclaim_policy = Some(p.into());
             self
         }
-        fn held(mut self) -> Pv {
+        fn held(mut self) -> Fixture {
             self.0.metadata.finalizers = Some(vec![keys::FINALIZER_PV.into()]);
             self
         }
-        fn deleting(mut self) -> Pv {
+        fn deleting(mut self) -> Fixture {
             self.0.metadata.deletion_timestamp =
                 Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
             self
         }
-        fn by(mut self, who: &str) -> Pv {
+        fn by(mut self, who: &str) -> Fixture {
             self.0.metadata.annotations =
                 Some([(keys::ANN_PROVISIONED_BY.to_string(), who.to_string())].into());
             self
@@ -379,69 +370,73 @@ mod tests {
     #[test]
     fn decides_like_upstream_should_delete() {
         use Work::*;
-        let cases: Vec<(Pv, Work, &str)> = vec![
+        let cases: Vec<(Fixture, Work, &str)> = vec![
             (
-                Pv::ours().phase("Released").held(),
+                Fixture::ours().phase("Released").held(),
                 Delete,
                 "released, delete policy",
             ),
             (
-                Pv::ours().phase("Released"),
+                Fixture::ours().phase("Released"),
                 Delete,
                 "released without finalizer (older PV)",
             ),
             (
-                Pv::ours().phase("Released").held().deleting(),
+                Fixture::ours().phase("Released").held().deleting(),
                 Delete,
                 "released and being deleted",
             ),
             (
-                Pv::ours().phase("Released").deleting(),
+                Fixture::ours().phase("Released").deleting(),
                 Nothing,
                 "deleting without our finalizer",
             ),
             (
-                Pv::ours().phase("Bound").held(),
+                Fixture::ours().phase("Bound").held(),
                 Nothing,
                 "bound: never delete",
             ),
             (
-                Pv::ours().phase("Bound").held().deleting(),
+                Fixture::ours().phase("Bound").held().deleting(),
                 Nothing,
                 "bound while PV deleted: wait for release",
             ),
             (
-                Pv::ours().phase("Bound"),
+                Fixture::ours().phase("Bound"),
                 AddFinalizer,
                 "bound without finalizer: hold it",
             ),
             (
-                Pv::static_of("d").phase("Bound"),
+                Fixture::static_of("d").phase("Bound"),
                 AddFinalizer,
                 "adopts static PVs of our driver",
             ),
             (
-                Pv::static_of("other").phase("Released"),
+                Fixture::static_of("other").phase("Released"),
                 Nothing,
                 "static PV of another driver",
             ),
             (
-                Pv::ours().by("other").phase("Released"),
+                Fixture::ours().by("other").phase("Released"),
                 Nothing,
                 "provisioned by another",
             ),
             (
-                Pv::ours().phase("Released").held().policy("Retain"),
+                Fixture::ours().phase("Released").held().policy("Retain"),
                 RemoveFinalizer,
                 "switched to Retain",
             ),
             (
-                Pv::ours().phase("Released").policy("Retain"),
+                Fixture::ours().phase("Released").policy("Retain"),
                 Nothing,
                 "retain, no finalizer",
             ),
-            (Pv::ours().phase("Available").held(), Nothing, "available"),
-            (Pv::ours().phase("Pending").held(), Nothing, "pending"),
+            (
+                Fixture::ours().phase("Available").held(),
+                Nothing,
+                "available",
+            ),
+            (Fixture::ours().phase("Pending").held(), Nothing, "pending"),
         ];
         for (pv, want, what) in cases {
             assert_eq!(work_for(&pv.0, "d"), want, "{what}");

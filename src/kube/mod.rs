@@ -1,9 +1,10 @@
 //! The small Kubernetes helpers the reconcilers need: authoritative reads,
-//! fenced finalizer patches, and event recording.
+//! fenced finalizer patches, event recording, and the slim PV we cache.
 
 mod events;
 mod finalizers;
 pub mod lease;
+pub mod slim;
 pub mod throttle;
 
 pub use events::{EventRecorder, EventType};

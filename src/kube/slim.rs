@@ -1,0 +1,212 @@
+//! What the sidecar keeps of a PersistentVolume. k8s-openapi's type holds every
+//! in-tree volume source inline (3.4 KB per PV before a single string), and a
+//! cache of every PV in the cluster pays that per object. The volume path
+//! decides on a handful of fields, and the cache is only for finding work
+//! (DESIGN §2.2), so the cache — and every read or delete answer the volume
+//! path gets back — is deserialized into this slim shape: unknown fields are
+//! skipped by the parser, never allocated.
+//!
+//! Never write a `Pv` back with a full-object verb (PUT): it would drop every
+//! field it does not know. Creating PVs uses k8s-openapi's type.
+
+use std::borrow::Cow;
+
+use k8s_openapi::ClusterResourceScope;
+use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Serialize};
+
+use crate::keys;
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+pub struct Pv {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<PvSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<PvStatus>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PvSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub csi: Option<PvCsi>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim_ref: Option<PvClaimRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent_volume_reclaim_policy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PvCsi {
+    #[serde(default)]
+    pub driver: String,
+    #[serde(default)]
+    pub volume_handle: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+pub struct PvClaimRef {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+pub struct PvStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+}
+
+/// The PV annotations any decision of ours reads; a cached PV keeps only these.
+const READ_ANNOTATIONS: [&str; 4] = [
+    keys::ANN_PROVISIONED_BY,
+    keys::ANN_MIGRATED_TO,
+    keys::ANN_DELETION_SECRET_NAME,
+    keys::ANN_DELETION_SECRET_NAMESPACE,
+];
+
+impl Pv {
+    /// Drops the metadata no decision reads (managed fields, labels, other
+    /// controllers' annotations), for objects that are kept in a cache.
+    pub fn trim(&mut self) {
+        let meta = &mut self.metadata;
+        meta.managed_fields = None;
+        meta.labels = None;
+        meta.owner_references = None;
+        if let Some(ann) = meta.annotations.as_mut() {
+            ann.retain(|k, _| READ_ANNOTATIONS.contains(&k.as_str()));
+        }
+    }
+}
+
+impl kube::Resource for Pv {
+    type DynamicType = ();
+    type Scope = ClusterResourceScope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        PersistentVolume::kind(dt)
+    }
+    fn group(dt: &()) -> Cow<'_, str> {
+        PersistentVolume::group(dt)
+    }
+    fn version(dt: &()) -> Cow<'_, str> {
+        PersistentVolume::version(dt)
+    }
+    fn api_version(dt: &()) -> Cow<'_, str> {
+        PersistentVolume::api_version(dt)
+    }
+    fn plural(dt: &()) -> Cow<'_, str> {
+        PersistentVolume::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::Resource;
+
+    /// A PV as kube-apiserver serves one we provisioned, with the fields the
+    /// slim shape skips.
+    const PV_JSON: &str = r#"{
+      "apiVersion": "v1", "kind": "PersistentVolume",
+      "metadata": {
+        "name": "pvc-1", "uid": "u-pv", "resourceVersion": "42",
+        "labels": {"team": "a"},
+        "annotations": {
+          "pv.kubernetes.io/provisioned-by": "d",
+          "pv.kubernetes.io/bound-by-controller": "yes",
+          "volume.kubernetes.io/provisioner-deletion-secret-name": "s",
+          "volume.kubernetes.io/provisioner-deletion-secret-namespace": "ns"
+        },
+        "finalizers": ["kubernetes.io/pv-protection", "external-provisioner.volume.kubernetes.io/finalizer"],
+        "managedFields": [{"manager": "m", "operation": "Update", "apiVersion": "v1"}]
+      },
+      "spec": {
+        "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+        "claimRef": {"kind": "PersistentVolumeClaim", "namespace": "ns", "name": "c", "uid": "u-c", "apiVersion": "v1", "resourceVersion": "7"},
+        "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "fast",
+        "mountOptions": ["ro"],
+        "csi": {"driver": "d", "volumeHandle": "h", "fsType": "ext4",
+                "volumeAttributes": {"storage.kubernetes.io/csiProvisionerIdentity": "x"},
+                "nodeStageSecretRef": {"name": "n", "namespace": "ns"}},
+        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "z", "operator": "In", "values": ["a"]}]}]}}
+      },
+      "status": {"phase": "Bound", "lastPhaseTransitionTime": "2026-12-03T00:00:00Z"}
+    }"#;
+
+    #[test]
+    fn keeps_every_field_a_decision_reads() {
+        let pv: Pv = serde_json::from_str(PV_JSON).unwrap();
+        assert_eq!(pv.metadata.name.as_deref(), Some("pvc-1"));
+        assert_eq!(pv.metadata.resource_version.as_deref(), Some("42"));
+        assert_eq!(pv.metadata.finalizers.as_ref().unwrap().len(), 2);
+        let spec = pv.spec.as_ref().unwrap();
+        assert_eq!(
+            spec.csi,
+            Some(PvCsi {
+                driver: "d".into(),
+                volume_handle: "h".into()
+            })
+        );
+        assert_eq!(
+            spec.claim_ref,
+            Some(PvClaimRef {
+                name: Some("c".into()),
+                namespace: Some("ns".into()),
+                uid: Some("u-c".into())
+            })
+        );
+        assert_eq!(
+            spec.persistent_volume_reclaim_policy.as_deref(),
+            Some("Delete")
+        );
+        assert_eq!(spec.storage_class_name.as_deref(), Some("fast"));
+        assert_eq!(pv.status.unwrap().phase.as_deref(), Some("Bound"));
+        assert_eq!(Pv::kind(&()), "PersistentVolume");
+        assert_eq!(Pv::plural(&()), "persistentvolumes");
+        assert_eq!(Pv::api_version(&()), "v1");
+    }
+
+    #[test]
+    fn trim_keeps_only_the_annotations_decisions_read() {
+        let mut pv: Pv = serde_json::from_str(PV_JSON).unwrap();
+        pv.trim();
+        let mut kept: Vec<_> = pv.metadata.annotations.unwrap().into_keys().collect();
+        kept.sort();
+        assert_eq!(
+            kept,
+            [
+                keys::ANN_PROVISIONED_BY,
+                keys::ANN_DELETION_SECRET_NAME,
+                keys::ANN_DELETION_SECRET_NAMESPACE
+            ]
+        );
+        assert!(pv.metadata.labels.is_none() && pv.metadata.managed_fields.is_none());
+        assert_eq!(pv.metadata.finalizers.unwrap().len(), 2, "finalizers stay");
+    }
+
+    #[test]
+    fn is_much_smaller_than_the_full_type() {
+        assert!(
+            std::mem::size_of::<Pv>() * 4 < std::mem::size_of::<PersistentVolume>(),
+            "{} vs {}",
+            std::mem::size_of::<Pv>(),
+            std::mem::size_of::<PersistentVolume>()
+        );
+    }
+}
