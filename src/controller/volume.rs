@@ -339,7 +339,6 @@ mod tests {
         fn phase(mut self, p: &str) -> Fixture {
             self.0.status = Some(PvStatus {
                 phase: Some(p.into()),
-                ..Default::default()
             });
             self
         }
