@@ -199,31 +199,46 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         ticks: procfs::clock_ticks(),
         started,
         run_id: std::process::id() % 100_000,
+        track: String::new(),
     };
+    let sink = ResultSink::new(work_dir.join("results.json"));
+    // Scenarios bound by the client token bucket run alongside the others, each
+    // on a control plane of its own; everything else runs in turn on this one.
+    let (alone, shared): (Vec<&Scenario>, Vec<&Scenario>) =
+        scenarios.iter().partition(|s| s.own_control_plane);
+    let side_tracks = alone.iter().map(|sc| {
+        let (repo, ctx, sink) = (&repo, &ctx, &sink);
+        let dir = PathBuf::from(format!("{}-{}", cluster_dir.display(), sc.name));
+        async move {
+            let side = Ctx {
+                cluster: cluster::Cluster::up(repo, &dir, false).await?,
+                bins: ctx.bins.clone(),
+                work_dir: ctx.work_dir.clone(),
+                ticks: ctx.ticks,
+                started: ctx.started,
+                run_id: ctx.run_id,
+                track: format!("{}: ", sc.name),
+            };
+            let outcome = run_track(&side, &[sc], sink).await;
+            side.cluster.down();
+            outcome
+        }
+    });
     let outcome = async {
         ctx.bins.check()?;
-        let mut results: Vec<RunResult> = Vec::new();
-        for sc in &scenarios {
-            if let Workload::Idle { .. } = sc.workload {
-                results.extend(runner::run_idle(&ctx, sc, &rotation(0)).await);
-            } else {
-                for round in 0..sc.rounds {
-                    for who in rotation(round) {
-                        results.push(runner::run_workload(&ctx, sc, who, round + 1).await);
-                        std::fs::write(
-                            work_dir.join("results.json"),
-                            serde_json::to_vec_pretty(&results)?,
-                        )?;
-                    }
-                }
-            }
-        }
-        anyhow::Ok(results)
+        let (main, sides) = futures::join!(
+            run_track(&ctx, &shared, &sink),
+            futures::future::join_all(side_tracks)
+        );
+        main?;
+        sides.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+        anyhow::Ok(())
     }
     .await;
     let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     ctx.cluster.down();
-    let results = outcome?;
+    outcome?;
+    let results = sink.take();
     std::fs::write(
         work_dir.join("results.json"),
         serde_json::to_vec_pretty(&results)?,
@@ -244,6 +259,50 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         header,
         args.no_doc,
     )
+}
+
+/// Results as they come in, from every track, saved after each run so an
+/// interrupted benchmark keeps what it measured.
+struct ResultSink {
+    path: PathBuf,
+    results: std::sync::Mutex<Vec<RunResult>>,
+}
+
+impl ResultSink {
+    fn new(path: PathBuf) -> ResultSink {
+        ResultSink {
+            path,
+            results: Default::default(),
+        }
+    }
+
+    fn push(&self, runs: Vec<RunResult>) -> anyhow::Result<()> {
+        let mut results = self.results.lock().expect("poisoned");
+        results.extend(runs);
+        std::fs::write(&self.path, serde_json::to_vec_pretty(&*results)?)?;
+        Ok(())
+    }
+
+    fn take(self) -> Vec<RunResult> {
+        self.results.into_inner().expect("poisoned")
+    }
+}
+
+/// Runs `scenarios` one after the other on `ctx`'s control plane, contenders
+/// alternating within each.
+async fn run_track(ctx: &Ctx, scenarios: &[&Scenario], sink: &ResultSink) -> anyhow::Result<()> {
+    for sc in scenarios {
+        if let Workload::Idle { .. } = sc.workload {
+            sink.push(runner::run_idle(ctx, sc, &rotation(0)).await)?;
+        } else {
+            for round in 0..sc.rounds {
+                for who in rotation(round) {
+                    sink.push(vec![runner::run_workload(ctx, sc, who, round + 1).await])?;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Prints the tables and, unless `no_doc`, rewrites the profile's generated

@@ -50,6 +50,11 @@ pub struct Scenario {
     /// Latency the test driver adds to every CSI call.
     pub latency_ms: u64,
     pub rounds: u32,
+    /// Runs on a control plane of its own, alongside the other scenarios,
+    /// instead of after them. Only for scenarios bound by the client's token
+    /// bucket (5 requests/s), which leave the machine nearly idle: the full
+    /// profile's default-limit bursts, an hour or more each.
+    pub own_control_plane: bool,
 }
 
 impl Scenario {
@@ -95,7 +100,14 @@ fn scenario(
         limits,
         latency_ms,
         rounds,
+        own_control_plane: false,
     }
+}
+
+/// A scenario run on a control plane of its own (see `own_control_plane`).
+fn alongside(mut s: Scenario) -> Scenario {
+    s.own_control_plane = true;
+    s
 }
 
 pub fn plan(profile: Profile) -> Vec<Scenario> {
@@ -162,20 +174,20 @@ pub fn plan(profile: Profile) -> Vec<Scenario> {
                 50,
                 2,
             ),
-            scenario(
+            alongside(scenario(
                 "burst-default-0ms",
                 Burst { claims: 2000 },
                 DEFAULT_LIMITS,
                 0,
                 1,
-            ),
-            scenario(
+            )),
+            alongside(scenario(
                 "burst-default-50ms",
                 Burst { claims: 2000 },
                 DEFAULT_LIMITS,
                 50,
                 1,
-            ),
+            )),
             scenario(
                 "steady-raised-0ms",
                 Steady {
@@ -244,5 +256,25 @@ mod tests {
         let quick = plan(Profile::Quick);
         assert!(quick.iter().any(|s| s.workload == Workload::Burst { claims: 500 } && s.limits == RAISED_LIMITS));
         assert_eq!(quick[3].volumes(), 200);
+    }
+
+    #[test]
+    fn only_token_bucket_bound_scenarios_get_a_control_plane_of_their_own() {
+        for profile in [Profile::Quick, Profile::Full] {
+            for s in plan(profile) {
+                if s.own_control_plane {
+                    assert_eq!(s.limits, DEFAULT_LIMITS, "{}", s.name);
+                    assert!(matches!(s.workload, Workload::Burst { .. }), "{}", s.name);
+                }
+            }
+        }
+        assert!(plan(Profile::Quick).iter().all(|s| !s.own_control_plane));
+        assert_eq!(
+            plan(Profile::Full)
+                .iter()
+                .filter(|s| s.own_control_plane)
+                .count(),
+            2
+        );
     }
 }

@@ -92,11 +92,17 @@ pub struct Ctx {
     pub started: Instant,
     /// Makes names unique per invocation (a namespace of a previous run may still be terminating).
     pub run_id: u32,
+    /// Prefix of progress lines (a scenario running alongside others names itself).
+    pub track: String,
 }
 
 impl Ctx {
     fn say(&self, msg: &str) {
-        eprintln!("[{:>7.1}s] {msg}", self.started.elapsed().as_secs_f64());
+        eprintln!(
+            "[{:>7.1}s] {}{msg}",
+            self.started.elapsed().as_secs_f64(),
+            self.track
+        );
     }
 }
 
