@@ -50,10 +50,10 @@ pub struct Scenario {
     /// Latency the test driver adds to every CSI call.
     pub latency_ms: u64,
     pub rounds: u32,
-    /// Runs on a control plane of its own, alongside the other scenarios,
-    /// instead of after them. Only for scenarios bound by the client's token
-    /// bucket (5 requests/s), which leave the machine nearly idle: the full
-    /// profile's default-limit bursts, an hour or more each.
+    /// Runs on a control plane of its own, after the other scenarios and side
+    /// by side with the rest of its kind. Only for scenarios bound by the
+    /// client's token bucket (5 requests/s), which leave the machine nearly
+    /// idle: the full profile's default-limit bursts, over an hour each.
     pub own_control_plane: bool,
 }
 
