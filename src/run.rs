@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::{Controller, WatchStreamExt, controller, reflector, watcher};
 use kube::{Api, Client};
@@ -22,7 +21,7 @@ use crate::controller::{Backoff, Context, claim, volume};
 use crate::csi::{CsiClient, DriverCapabilities};
 use crate::http::{HttpServer, LeaderHealth};
 use crate::kube::lease::{Elector, LeaseConfig, lease_name};
-use crate::kube::slim::Pv;
+use crate::kube::slim::{Claim, Pv};
 use crate::kube::throttle::ThrottleLayer;
 use crate::kube::{EventRecorder, LeaderGate};
 use crate::metrics::Metrics;
@@ -213,7 +212,7 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
     let volume_queue = metrics.work_queue("volumes");
     let shutdown = stop.clone();
     let claims = Controller::for_stream(
-        cached_stream::<PersistentVolumeClaim>(&client, claim_writer, claim::trim),
+        cached_stream::<Claim>(&client, claim_writer, claim::trim),
         claim_store.clone(),
     )
     .with_config(workers.clone())

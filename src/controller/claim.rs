@@ -24,7 +24,7 @@ use super::topology::{self, TopologyError};
 use super::{Context, bound_claim_uid};
 use crate::csi::{CsiErrorClass, classify, pb};
 use crate::keys;
-use crate::kube::slim::Pv;
+use crate::kube::slim::{Claim, Pv};
 use crate::kube::{
     EventType, add_finalizer, get_fresh, has_finalizer, is_status, remove_finalizer,
 };
@@ -119,8 +119,7 @@ fn work_for(claim: &PersistentVolumeClaim, driver: &str) -> Work {
 /// becomes unbound), so only its identity, finalizers, deletion mark and
 /// volume name are kept: in a cluster of bound claims that is most of the
 /// cache. Claims still to be provisioned are cached whole.
-pub fn trim(claim: &mut PersistentVolumeClaim) {
-    claim.metadata.managed_fields = None;
+pub fn trim(Claim(claim): &mut Claim) {
     let bound = claim
         .spec
         .as_ref()
@@ -139,38 +138,33 @@ pub fn trim(claim: &mut PersistentVolumeClaim) {
     claim.status = None;
 }
 
-pub async fn reconcile(
-    claim: Arc<PersistentVolumeClaim>,
-    ctx: Arc<Context>,
-) -> Result<Action, ClaimError> {
-    if !has_finalizer(claim.as_ref(), keys::FINALIZER_PVC_INTENT)
+pub async fn reconcile(claim: Arc<Claim>, ctx: Arc<Context>) -> Result<Action, ClaimError> {
+    let claim = &claim.0;
+    if !has_finalizer(claim, keys::FINALIZER_PVC_INTENT)
         && let Some(uid) = claim.uid()
     {
         ctx.intent_dropped.remove(&uid);
     }
-    let action = match work_for(&claim, &ctx.driver.name) {
+    let action = match work_for(claim, &ctx.driver.name) {
         Work::Nothing => Action::await_change(),
         Work::DropIntent => {
-            drop_intent(&ctx, &claim).await?;
+            drop_intent(&ctx, claim).await?;
             Action::await_change()
         }
-        Work::Abandon => abandon(&ctx, &claim).await?,
-        Work::Provision => provision(&ctx, &claim).await?,
+        Work::Abandon => abandon(&ctx, claim).await?,
+        Work::Provision => provision(&ctx, claim).await?,
     };
-    ctx.claim_backoff.reset(&key(&claim));
+    ctx.claim_backoff.reset(&key(claim));
     Ok(action)
 }
 
 /// Requeues a failed claim with per-claim exponential backoff.
-pub fn error_policy(
-    claim: Arc<PersistentVolumeClaim>,
-    err: &ClaimError,
-    ctx: Arc<Context>,
-) -> Action {
-    let delay = ctx.claim_backoff.next_delay(&key(&claim));
+pub fn error_policy(claim: Arc<Claim>, err: &ClaimError, ctx: Arc<Context>) -> Action {
+    let claim = &claim.0;
+    let delay = ctx.claim_backoff.next_delay(&key(claim));
     match err {
-        ClaimError::NotLeader => debug!(claim = %key(&claim), "not leader"),
-        _ => warn!(claim = %key(&claim), error = %err, retry_in = ?delay, "provisioning failed"),
+        ClaimError::NotLeader => debug!(claim = %key(claim), "not leader"),
+        _ => warn!(claim = %key(claim), error = %err, retry_in = ?delay, "provisioning failed"),
     }
     Action::requeue(delay)
 }
@@ -817,9 +811,9 @@ mod tests {
         for (c, want) in cases {
             assert_eq!(work_name(&c), want, "{:?}", c.metadata);
             // The cache holds trimmed claims: trimming never changes the work.
-            let mut trimmed = c.clone();
+            let mut trimmed = Claim(c.clone());
             trim(&mut trimmed);
-            assert_eq!(work_name(&trimmed), want, "trimmed {:?}", c.metadata);
+            assert_eq!(work_name(&trimmed.0), want, "trimmed {:?}", c.metadata);
         }
     }
 
@@ -835,10 +829,16 @@ mod tests {
     #[test]
     fn trims_only_bound_claims_without_the_intent() {
         let ours = [(keys::ANN_STORAGE_PROVISIONER, "d")];
-        let mut done = claim(&ours, Some("pv"), &["kubernetes.io/pvc-protection"], false);
-        done.metadata.name = Some("c".into());
-        done.metadata.uid = Some("u".into());
+        let mut done = Claim(claim(
+            &ours,
+            Some("pv"),
+            &["kubernetes.io/pvc-protection"],
+            false,
+        ));
+        done.0.metadata.name = Some("c".into());
+        done.0.metadata.uid = Some("u".into());
         trim(&mut done);
+        let Claim(done) = done;
         assert_eq!(done.metadata.annotations, None);
         assert_eq!(done.metadata.name.as_deref(), Some("c"));
         assert_eq!(done.metadata.uid.as_deref(), Some("u"));
@@ -849,9 +849,9 @@ mod tests {
             claim(&ours, None, &[], false),
             claim(&ours, Some("pv"), &[keys::FINALIZER_PVC_INTENT], false),
         ] {
-            let mut trimmed = c.clone();
+            let mut trimmed = Claim(c.clone());
             trim(&mut trimmed);
-            assert_eq!(trimmed, c, "kept whole");
+            assert_eq!(trimmed.0, c, "kept whole");
         }
     }
 }

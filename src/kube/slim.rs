@@ -8,19 +8,26 @@
 //!
 //! Never write a `Pv` back with a full-object verb (PUT): it would drop every
 //! field it does not know. Creating PVs uses k8s-openapi's type.
+//!
+//! Both caches (PVs and claims) also parse object metadata without
+//! `managedFields`: k8s-openapi would build each entry's field set as a JSON
+//! tree, on every watch event, only for us to drop it.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 
-use k8s_openapi::ClusterResourceScope;
-use k8s_openapi::api::core::v1::PersistentVolume;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::{Deserialize, Serialize};
+use k8s_openapi::api::core::v1::{
+    PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::keys;
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 pub struct Pv {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "meta_without_managed_fields")]
     pub metadata: ObjectMeta,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<PvSpec>,
@@ -64,6 +71,113 @@ pub struct PvClaimRef {
 pub struct PvStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
+}
+
+/// Object metadata as the API server sends it, minus `managedFields` (and
+/// `selfLink`, gone since Kubernetes 1.24), which the parser skips unbuilt.
+pub fn meta_without_managed_fields<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<ObjectMeta, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Meta {
+        #[serde(default)]
+        annotations: Option<BTreeMap<String, String>>,
+        #[serde(default)]
+        creation_timestamp: Option<Time>,
+        #[serde(default)]
+        deletion_grace_period_seconds: Option<i64>,
+        #[serde(default)]
+        deletion_timestamp: Option<Time>,
+        #[serde(default)]
+        finalizers: Option<Vec<String>>,
+        #[serde(default)]
+        generate_name: Option<String>,
+        #[serde(default)]
+        generation: Option<i64>,
+        #[serde(default)]
+        labels: Option<BTreeMap<String, String>>,
+        #[serde(default)]
+        name: Option<String>,
+        #[serde(default)]
+        namespace: Option<String>,
+        #[serde(default)]
+        owner_references: Option<Vec<OwnerReference>>,
+        #[serde(default)]
+        resource_version: Option<String>,
+        #[serde(default)]
+        uid: Option<String>,
+    }
+    let m = Meta::deserialize(d)?;
+    Ok(ObjectMeta {
+        annotations: m.annotations,
+        creation_timestamp: m.creation_timestamp,
+        deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+        deletion_timestamp: m.deletion_timestamp,
+        finalizers: m.finalizers,
+        generate_name: m.generate_name,
+        generation: m.generation,
+        labels: m.labels,
+        managed_fields: None,
+        name: m.name,
+        namespace: m.namespace,
+        owner_references: m.owner_references,
+        resource_version: m.resource_version,
+        self_link: None,
+        uid: m.uid,
+    })
+}
+
+/// A claim as the claim cache holds it: k8s-openapi's type, parsed without
+/// `managedFields`. Only ever read (claims are written with patches).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Claim(pub PersistentVolumeClaim);
+
+impl<'de> Deserialize<'de> for Claim {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Claim, D::Error> {
+        #[derive(Deserialize)]
+        struct Wire {
+            #[serde(default, deserialize_with = "meta_without_managed_fields")]
+            metadata: ObjectMeta,
+            #[serde(default)]
+            spec: Option<PersistentVolumeClaimSpec>,
+            #[serde(default)]
+            status: Option<PersistentVolumeClaimStatus>,
+        }
+        let w = Wire::deserialize(d)?;
+        Ok(Claim(PersistentVolumeClaim {
+            metadata: w.metadata,
+            spec: w.spec,
+            status: w.status,
+        }))
+    }
+}
+
+impl kube::Resource for Claim {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        PersistentVolumeClaim::kind(dt)
+    }
+    fn group(dt: &()) -> Cow<'_, str> {
+        PersistentVolumeClaim::group(dt)
+    }
+    fn version(dt: &()) -> Cow<'_, str> {
+        PersistentVolumeClaim::version(dt)
+    }
+    fn api_version(dt: &()) -> Cow<'_, str> {
+        PersistentVolumeClaim::api_version(dt)
+    }
+    fn plural(dt: &()) -> Cow<'_, str> {
+        PersistentVolumeClaim::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.0.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.0.metadata
+    }
 }
 
 /// The PV annotations any decision of ours reads; a cached PV keeps only these.
@@ -198,6 +312,41 @@ mod tests {
         );
         assert!(pv.metadata.labels.is_none() && pv.metadata.managed_fields.is_none());
         assert_eq!(pv.metadata.finalizers.unwrap().len(), 2, "finalizers stay");
+    }
+
+    #[test]
+    fn metadata_is_parsed_whole_but_for_managed_fields() {
+        let pv: Pv = serde_json::from_str(PV_JSON).unwrap();
+        let full: PersistentVolume = serde_json::from_str(PV_JSON).unwrap();
+        assert!(
+            full.metadata.managed_fields.is_some(),
+            "the fixture has some"
+        );
+        let mut expected = full.metadata;
+        expected.managed_fields = None;
+        assert_eq!(pv.metadata, expected);
+    }
+
+    #[test]
+    fn a_claim_is_k8s_openapis_claim_without_managed_fields() {
+        let json = r#"{
+          "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+          "metadata": {"name": "c", "namespace": "ns", "uid": "u", "resourceVersion": "9",
+            "creationTimestamp": "2026-12-03T00:00:00Z",
+            "annotations": {"volume.kubernetes.io/storage-provisioner": "d"},
+            "finalizers": ["kubernetes.io/pvc-protection"],
+            "managedFields": [{"manager": "m", "operation": "Update", "apiVersion": "v1",
+                               "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]},
+          "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast",
+                   "resources": {"requests": {"storage": "1Gi"}}, "volumeMode": "Filesystem"},
+          "status": {"phase": "Pending"}
+        }"#;
+        let claim: Claim = serde_json::from_str(json).unwrap();
+        let mut full: PersistentVolumeClaim = serde_json::from_str(json).unwrap();
+        assert!(full.metadata.managed_fields.take().is_some());
+        assert_eq!(claim.0, full);
+        assert_eq!(Claim::plural(&()), "persistentvolumeclaims");
+        assert_eq!(Claim::kind(&()), "PersistentVolumeClaim");
     }
 
     #[test]
