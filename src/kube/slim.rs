@@ -153,32 +153,45 @@ impl<'de> Deserialize<'de> for Claim {
     }
 }
 
-impl kube::Resource for Claim {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
+/// `kube::Resource` for a cache type that stands in for a k8s-openapi type:
+/// the same kind, group, version and plural, its metadata at `$($meta).+`.
+macro_rules! resource_as {
+    ($ty:ty, $of:ty, $scope:ty, $($meta:tt).+) => {
+        impl kube::Resource for $ty {
+            type DynamicType = ();
+            type Scope = $scope;
 
-    fn kind(dt: &()) -> Cow<'_, str> {
-        PersistentVolumeClaim::kind(dt)
-    }
-    fn group(dt: &()) -> Cow<'_, str> {
-        PersistentVolumeClaim::group(dt)
-    }
-    fn version(dt: &()) -> Cow<'_, str> {
-        PersistentVolumeClaim::version(dt)
-    }
-    fn api_version(dt: &()) -> Cow<'_, str> {
-        PersistentVolumeClaim::api_version(dt)
-    }
-    fn plural(dt: &()) -> Cow<'_, str> {
-        PersistentVolumeClaim::plural(dt)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.0.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.0.metadata
-    }
+            fn kind(dt: &()) -> Cow<'_, str> {
+                <$of>::kind(dt)
+            }
+            fn group(dt: &()) -> Cow<'_, str> {
+                <$of>::group(dt)
+            }
+            fn version(dt: &()) -> Cow<'_, str> {
+                <$of>::version(dt)
+            }
+            fn api_version(dt: &()) -> Cow<'_, str> {
+                <$of>::api_version(dt)
+            }
+            fn plural(dt: &()) -> Cow<'_, str> {
+                <$of>::plural(dt)
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.$($meta).+
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.$($meta).+
+            }
+        }
+    };
 }
+
+resource_as!(
+    Claim,
+    PersistentVolumeClaim,
+    NamespaceResourceScope,
+    0.metadata
+);
 
 /// The PV annotations any decision of ours reads; a cached PV keeps only these.
 const READ_ANNOTATIONS: [&str; 4] = [
@@ -202,32 +215,7 @@ impl Pv {
     }
 }
 
-impl kube::Resource for Pv {
-    type DynamicType = ();
-    type Scope = ClusterResourceScope;
-
-    fn kind(dt: &()) -> Cow<'_, str> {
-        PersistentVolume::kind(dt)
-    }
-    fn group(dt: &()) -> Cow<'_, str> {
-        PersistentVolume::group(dt)
-    }
-    fn version(dt: &()) -> Cow<'_, str> {
-        PersistentVolume::version(dt)
-    }
-    fn api_version(dt: &()) -> Cow<'_, str> {
-        PersistentVolume::api_version(dt)
-    }
-    fn plural(dt: &()) -> Cow<'_, str> {
-        PersistentVolume::plural(dt)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+resource_as!(Pv, PersistentVolume, ClusterResourceScope, metadata);
 
 #[cfg(test)]
 mod tests {
