@@ -403,8 +403,9 @@ async fn until_done_or_stopped_unready<K>(
 }
 
 /// A watch of every `K` feeding `writer`, each object passed through `trim`
-/// before caching (at least: `managedFields` dropped, they are often most of
-/// an object's bytes and we never read them).
+/// before caching. `managedFields` are often most of an object's bytes and
+/// never read: the slim cache types skip them while parsing, other types drop
+/// them in `trim` ([`drop_managed_fields`]).
 /// The initial list may be served from the API server's watch cache
 /// (`resourceVersion=0`): a cache is only for finding work, every decision is
 /// re-read from the API server (DESIGN §2.2).

@@ -15,13 +15,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{PersistentVolume, Secret};
-
-use crate::kube::slim::Pv;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Client;
 use kube::runtime::reflector::Store;
 
 use crate::csi::{CsiClient, pb};
+use crate::kube::slim::Pv;
 use crate::kube::{EventRecorder, LeaderGate};
 use crate::metrics::Metrics;
 use crate::provision::{DriverInfo, ProvisionOptions, SecretRef};

@@ -75,9 +75,7 @@ pub struct PvStatus {
 
 /// Object metadata as the API server sends it, minus `managedFields` (and
 /// `selfLink`, gone since Kubernetes 1.24), which the parser skips unbuilt.
-pub fn meta_without_managed_fields<'de, D: Deserializer<'de>>(
-    d: D,
-) -> Result<ObjectMeta, D::Error> {
+fn meta_without_managed_fields<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Meta {
@@ -202,11 +200,11 @@ const READ_ANNOTATIONS: [&str; 4] = [
 ];
 
 impl Pv {
-    /// Drops the metadata no decision reads (managed fields, labels, other
-    /// controllers' annotations), for objects that are kept in a cache.
+    /// Drops the metadata no decision reads (labels, owners, other
+    /// controllers' annotations; managed fields were never parsed), for
+    /// objects that are kept in a cache.
     pub fn trim(&mut self) {
         let meta = &mut self.metadata;
-        meta.managed_fields = None;
         meta.labels = None;
         meta.owner_references = None;
         if let Some(ann) = meta.annotations.as_mut() {
