@@ -310,11 +310,12 @@ pub struct WorkQueueMetrics {
 
 impl WorkQueueMetrics {
     /// Wraps a reconcile function (`Controller::run`'s first argument).
-    pub fn reconciler<A, B, Fut>(
+    pub fn reconciler<A, B, Fut, R>(
         &self,
-        mut reconcile: impl FnMut(A, B) -> Fut,
-    ) -> impl FnMut(A, B) -> BoxFuture<'static, Fut::Output>
+        mut reconcile: R,
+    ) -> impl FnMut(A, B) -> BoxFuture<'static, Fut::Output> + use<A, B, Fut, R>
     where
+        R: FnMut(A, B) -> Fut,
         Fut: Future + Send + 'static,
     {
         let queue = self.clone();
@@ -331,10 +332,13 @@ impl WorkQueueMetrics {
     }
 
     /// Wraps an error policy (`Controller::run`'s second argument).
-    pub fn error_policy<A, E, C, R>(
+    pub fn error_policy<A, E, C, R, P>(
         &self,
-        policy: impl Fn(A, &E, C) -> R,
-    ) -> impl Fn(A, &E, C) -> R {
+        policy: P,
+    ) -> impl Fn(A, &E, C) -> R + use<A, E, C, R, P>
+    where
+        P: Fn(A, &E, C) -> R,
+    {
         let retries = self.retries.clone();
         move |object, error: &E, ctx| {
             retries.inc();

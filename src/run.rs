@@ -14,6 +14,7 @@ use kube::runtime::{Controller, WatchStreamExt, controller, reflector, watcher};
 use kube::{Api, Client};
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 use tracing::{error, info, warn};
 
 use crate::config::RateLimit;
@@ -247,9 +248,13 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
     }
     info!("started");
 
+    // Each controller is a task of its own: kube-runtime polls every
+    // reconcile in flight (up to --worker-threads) whenever its task wakes, so
+    // sharing one task would make every PV event poll the claim reconciles
+    // too, and the other way round. Dropped (a lost Lease), they are aborted.
+    let workers = futures::future::join(own_task(claims), own_task(volumes));
     // Stop (SIGTERM) lets in-flight reconciles finish, then gives the Lease
     // up so a standby takes over at once; a lost Lease stops everything now.
-    let workers = futures::future::join(claims, volumes);
     tokio::pin!(workers);
     let result = match elector.as_mut() {
         None => {
@@ -382,6 +387,16 @@ impl LeaderHealth for GateHealth {
 /// every reconcile until the cache is ready, and its graceful shutdown cuts
 /// the watch stream that would make it ready, so a controller stopped that
 /// early never ends on its own. Nothing ran in it, so dropping it is safe.
+/// Runs `work` as a task of its own, aborted when the returned future is
+/// dropped; a panic in it is a panic of the caller, as if it ran inline.
+async fn own_task(work: impl std::future::Future<Output = ()> + Send + 'static) {
+    match AbortOnDropHandle::new(tokio::spawn(work)).await {
+        Ok(()) => {}
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => {} // aborted: only when this future is dropped
+    }
+}
+
 async fn until_done_or_stopped_unready<K>(
     controller: impl std::future::Future<Output = ()>,
     store: reflector::Store<K>,
@@ -476,6 +491,30 @@ fn sanitize(s: &str) -> String {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
+
+    #[tokio::test]
+    async fn a_controller_task_dropped_is_aborted() {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = own_task(async move {
+            let _keep = tx;
+            std::future::pending::<()>().await
+        });
+        // Polled once, so the task is spawned; then dropped, as a lost Lease does.
+        assert!(futures::poll!(Box::pin(task)).is_pending());
+        tokio::time::timeout(Duration::from_secs(5), rx)
+            .await
+            .expect("the task must be aborted when its owner is dropped")
+            .expect_err("aborted, so its sender is dropped without sending");
+    }
+
+    #[tokio::test]
+    async fn a_panic_in_a_controller_task_is_the_callers() {
+        let caught = tokio::spawn(own_task(async { panic!("boom") })).await;
+        let payload = caught
+            .expect_err("the panic must reach the caller")
+            .into_panic();
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&"boom"));
+    }
 
     #[tokio::test]
     async fn a_controller_stopped_before_its_first_list_ends_at_once() {

@@ -79,6 +79,10 @@ struct RunArgs {
     /// Only these scenarios (by name, e.g. burst-raised-0ms); repeatable.
     #[arg(long)]
     only: Vec<String>,
+    /// Only these contenders (e.g. `--who ours` to profile one side); repeatable.
+    /// The report's ratios need all three.
+    #[arg(long, value_enum)]
+    who: Vec<Who>,
     /// Override the number of rounds of every non-idle scenario.
     #[arg(long)]
     rounds: Option<u32>,
@@ -200,6 +204,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         started,
         run_id: std::process::id() % 100_000,
         track: String::new(),
+        who: args.who.clone(),
     };
     let sink = ResultSink::new(work_dir.join("results.json"));
     // Everything runs in turn on this control plane, except the scenarios bound
@@ -220,6 +225,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 started: ctx.started,
                 run_id: ctx.run_id,
                 track: format!("{}: ", sc.name),
+                who: ctx.who.clone(),
             };
             let outcome = run_track(&side, &[sc], sink).await;
             side.cluster.down();
@@ -295,10 +301,10 @@ impl ResultSink {
 async fn run_track(ctx: &Ctx, scenarios: &[&Scenario], sink: &ResultSink) -> anyhow::Result<()> {
     for sc in scenarios {
         if let Workload::Idle { .. } = sc.workload {
-            sink.push(runner::run_idle(ctx, sc, &rotation(0)).await)?;
+            sink.push(runner::run_idle(ctx, sc, &ctx.chosen(rotation(0))).await)?;
         } else {
             for round in 0..sc.rounds {
-                for who in rotation(round) {
+                for who in ctx.chosen(rotation(round)) {
                     sink.push(vec![runner::run_workload(ctx, sc, who, round + 1).await])?;
                 }
             }

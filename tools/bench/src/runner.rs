@@ -94,9 +94,19 @@ pub struct Ctx {
     pub run_id: u32,
     /// Prefix of progress lines (a scenario running alongside others names itself).
     pub track: String,
+    /// The contenders to run (`--who`); empty means all.
+    pub who: Vec<Who>,
 }
 
 impl Ctx {
+    /// `order` without the contenders `--who` left out.
+    pub fn chosen(&self, mut order: Vec<Who>) -> Vec<Who> {
+        if !self.who.is_empty() {
+            order.retain(|w| self.who.contains(w));
+        }
+        order
+    }
+
     fn say(&self, msg: &str) {
         eprintln!(
             "[{:>7.1}s] {}{msg}",
