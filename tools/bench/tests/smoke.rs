@@ -1,0 +1,108 @@
+//! The benchmark end to end at its smallest, so that CI notices when it breaks:
+//! one burst of 20 claims at raised limits, each contender (upstream, ours, the
+//! floor) once, on a control plane the benchmark starts for itself. Not the
+//! shared one of `make test`: the benchmark makes the provisioner identity a
+//! cluster admin, which would void the RBAC the other tests run under.
+//!
+//! Needs what `make test` builds first: the test bed (testbed/build.sh) and the
+//! workspace's binaries (`cargo build --workspace --bins`), which are taken from
+//! the directory of this package's own binary.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+const CLAIMS: u64 = 20;
+
+#[test]
+fn a_small_burst_runs_every_contender_end_to_end() {
+    let bench = PathBuf::from(env!("CARGO_BIN_EXE_bench"));
+    let bin_dir = bench.parent().expect("the binary is in a directory");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let ours = bin_dir.join("csi-provisioner");
+    let driver = bin_dir.join("csi-test-driver");
+    for b in [&ours, &driver] {
+        assert!(
+            b.is_file(),
+            "{} is missing: build the workspace's binaries first (make test does)",
+            b.display()
+        );
+    }
+    let work = std::env::temp_dir().join(format!("bench-smoke-{}", std::process::id()));
+    let out = Command::new(&bench)
+        .current_dir(&repo)
+        .args(["run", "--profile", "quick", "--only", "burst-raised-0ms"])
+        .args(["--rounds", "1", "--claims", &CLAIMS.to_string(), "--no-doc"])
+        .arg(format!(
+            "--cluster-dir=/tmp/tb-bench-smoke-{}",
+            std::process::id()
+        ))
+        .arg(format!("--work-dir={}", work.display()))
+        .arg(format!("--ours={}", ours.display()))
+        .arg(format!("--driver={}", driver.display()))
+        .output()
+        .expect("running the benchmark");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "bench failed ({}):\n{stderr}\n{stdout}",
+        out.status
+    );
+    assert!(
+        stdout.contains("| `burst-raised-0ms` | provisioning: volumes/s"),
+        "no targets table in the report:\n{stdout}"
+    );
+
+    let results: Vec<Value> = serde_json::from_slice(
+        &std::fs::read(work.join("quick/results.json")).expect("results.json written"),
+    )
+    .expect("results.json is JSON");
+    let mut seen: Vec<&str> = results
+        .iter()
+        .map(|r| r["who"].as_str().unwrap_or("?"))
+        .collect();
+    seen.sort();
+    assert_eq!(seen, ["floor", "ours", "upstream"], "one run per contender");
+    for r in &results {
+        let who = r["who"].as_str().unwrap_or("?");
+        for field in ["claims", "provisioned", "bound"] {
+            assert_eq!(r[field].as_u64(), Some(CLAIMS), "{who}: {field}");
+        }
+        assert!(
+            r["all_gone_secs"].as_f64().is_some(),
+            "{who}: not every volume was deleted"
+        );
+        assert_eq!(
+            r["csi_calls"]["CreateVolume"].as_f64(),
+            Some(CLAIMS as f64),
+            "{who}"
+        );
+        assert!(
+            r["csi_calls"]["DeleteVolume"].as_f64() >= Some(CLAIMS as f64),
+            "{who}: {}",
+            r["csi_calls"]
+        );
+        assert_eq!(
+            r["api_provision"]["create persistentvolumes"].as_f64(),
+            Some(CLAIMS as f64),
+            "{who}: the API server's own request count: {}",
+            r["api_provision"]
+        );
+        assert!(
+            r["peak_rss_kib"].as_u64() > Some(0),
+            "{who}: no RSS read from /proc"
+        );
+    }
+    let ours = results
+        .iter()
+        .find(|r| r["who"] == "ours")
+        .expect("ours ran");
+    assert_eq!(
+        ours["csi_calls"]["DeleteVolume"].as_f64(),
+        Some(CLAIMS as f64),
+        "ours deletes each volume once"
+    );
+    let _ = std::fs::remove_dir_all(&work);
+}
