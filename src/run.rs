@@ -382,21 +382,22 @@ impl LeaderHealth for GateHealth {
     }
 }
 
-/// Runs a controller until it finishes its graceful shutdown, or until `stop`
-/// fires while its cache has not finished the first list. kube-runtime holds
-/// every reconcile until the cache is ready, and its graceful shutdown cuts
-/// the watch stream that would make it ready, so a controller stopped that
-/// early never ends on its own. Nothing ran in it, so dropping it is safe.
 /// Runs `work` as a task of its own, aborted when the returned future is
 /// dropped; a panic in it is a panic of the caller, as if it ran inline.
 async fn own_task(work: impl std::future::Future<Output = ()> + Send + 'static) {
     match AbortOnDropHandle::new(tokio::spawn(work)).await {
         Ok(()) => {}
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(_) => {} // aborted: only when this future is dropped
+        // Cancelled: only by a runtime shutting down (an abort drops this future first).
+        Err(_) => {}
     }
 }
 
+/// Runs a controller until it finishes its graceful shutdown, or until `stop`
+/// fires while its cache has not finished the first list. kube-runtime holds
+/// every reconcile until the cache is ready, and its graceful shutdown cuts
+/// the watch stream that would make it ready, so a controller stopped that
+/// early never ends on its own. Nothing ran in it, so dropping it is safe.
 async fn until_done_or_stopped_unready<K>(
     controller: impl std::future::Future<Output = ()>,
     store: reflector::Store<K>,
