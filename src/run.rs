@@ -3,12 +3,12 @@
 //! reconcilers until SIGTERM (or a lost Lease, or a lost driver).
 //! upstream: cmd/csi-provisioner/csi-provisioner.go main.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::{Controller, WatchStreamExt, controller, reflector, watcher};
 use kube::{Api, Client};
@@ -18,12 +18,13 @@ use tokio_util::task::AbortOnDropHandle;
 use tracing::{error, info, warn};
 
 use crate::config::RateLimit;
-use crate::controller::{Backoff, Context, claim, volume};
+use crate::controller::claim::{ClaimMemory, IntentReleaser};
+use crate::controller::{Backoff, Caches, Context, VolumeMemory, claim, volume};
 use crate::csi::{CsiClient, DriverCapabilities};
 use crate::http::{HttpServer, LeaderHealth};
 use crate::kube::lease::{Elector, LeaseConfig, lease_name};
 use crate::kube::slim::{Claim, Pv};
-use crate::kube::throttle::ThrottleLayer;
+use crate::kube::throttle::{Lane, SharedBucket, ThrottleLayer};
 use crate::kube::{EventRecorder, LeaderGate};
 use crate::metrics::Metrics;
 use crate::provision::{DriverInfo, ProvisionOptions};
@@ -114,8 +115,14 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
         capabilities,
     };
 
-    // 2. Kubernetes clients: one throttled for work, one for the Lease.
-    let client = kube_client(&cfg, cfg.rate_limit).await?;
+    // 2. Kubernetes clients: two lanes of one rate limit (work, and events and
+    // tidying in the background), and one for the Lease.
+    let bucket = match cfg.rate_limit {
+        RateLimit::Unlimited => None,
+        RateLimit::TokenBucket { qps, burst } => Some(SharedBucket::new(qps, burst)),
+    };
+    let client = kube_client(&cfg, bucket.as_ref().map(|b| b.layer(Lane::Work))).await?;
+    let background = kube_client(&cfg, bucket.as_ref().map(|b| b.layer(Lane::Background))).await?;
 
     let mut options = cfg.provision.clone();
     if cfg.discover_volume_attributes_class && !serves_volume_attributes_class(&client).await {
@@ -130,7 +137,7 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
         None => (LeaderGate::always(), None),
         Some(le) => {
             // The Lease has its own client, never throttled by provisioning work.
-            let le_client = kube_client(&cfg, RateLimit::Unlimited).await?;
+            let le_client = kube_client(&cfg, None).await?;
             let elector = Elector::new(
                 le_client,
                 LeaseConfig {
@@ -182,29 +189,37 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
 
     // 4. Caches and reconcilers.
     let (classes, class_writer) = reflector::store();
-    let class_stream = cached_stream::<StorageClass>(&client, class_writer, drop_managed_fields)
-        .for_each(|_| async {});
+    let class_stream =
+        cached_stream::<StorageClass>(&client, class_writer, drop_managed_fields, |_| {})
+            .for_each(|_| async {});
 
     let (claim_store, claim_writer) = reflector::store();
     let (volume_store, volume_writer) = reflector::store();
+    let claim_memory = Arc::new(ClaimMemory::new(cfg.retry_start, cfg.retry_max));
     let ctx = Arc::new(Context {
         client: client.clone(),
         csi,
-        recorder: EventRecorder::new(client.clone(), "csi-provisioner", &host),
+        // Upstream's event source: `<driver>_<hostname>_<uuid>`, no host.
+        recorder: EventRecorder::new(
+            background.clone(),
+            &format!("{}_{}_{}", driver.name, host, random_uuid()),
+            "",
+        ),
         driver,
         options,
         metrics: metrics.clone(),
-        classes: classes.clone(),
         leader: gate.clone(),
-        claim_backoff: Backoff::new(cfg.retry_start, cfg.retry_max),
-        volume_backoff: Backoff::new(cfg.retry_start, cfg.retry_max),
-        created: Mutex::new(HashMap::new()),
-        infeasible: Mutex::new(HashMap::new()),
-        started: Mutex::new(HashMap::new()),
-        volumes: volume_store.clone(),
-        saved: Default::default(),
-        intent_dropped: Default::default(),
-        deleted: Default::default(),
+        caches: Caches {
+            classes: classes.clone(),
+            volumes: volume_store.clone(),
+            claims: claim_store.clone(),
+        },
+        claims: claim_memory.clone(),
+        intents: IntentReleaser::start(background, claim_memory.clone()),
+        volumes: VolumeMemory {
+            backoff: Backoff::new(cfg.retry_start, cfg.retry_max),
+            deleted: Default::default(),
+        },
     });
 
     let workers = controller::Config::default().concurrency(cfg.worker_threads as u16);
@@ -213,7 +228,9 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
     let volume_queue = metrics.work_queue("volumes");
     let shutdown = stop.clone();
     let claims = Controller::for_stream(
-        cached_stream::<Claim>(&client, claim_writer, claim::trim),
+        cached_stream::<Claim>(&client, claim_writer, claim::trim, move |event| {
+            claim::forget_deleted(&claim_memory, event)
+        }),
         claim_store.clone(),
     )
     .with_config(workers.clone())
@@ -227,7 +244,7 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
     let claims = until_done_or_stopped_unready(claims, claim_store, stop.clone());
     let shutdown = stop.clone();
     let volumes = Controller::for_stream(
-        cached_stream::<Pv>(&client, volume_writer, Pv::trim),
+        cached_stream::<Pv>(&client, volume_writer, Pv::trim, |_| {}),
         volume_store.clone(),
     )
     .with_config(workers)
@@ -429,6 +446,7 @@ fn cached_stream<K>(
     client: &Client,
     writer: reflector::store::Writer<K>,
     trim: fn(&mut K),
+    mut observe: impl FnMut(&watcher::Event<K>) + Send + 'static,
 ) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
     K: kube::Resource<DynamicType = ()>
@@ -444,7 +462,8 @@ where
         watcher::Config::default().any_semantic(),
     )
     .default_backoff()
-    .modify(trim);
+    .modify(trim)
+    .inspect_ok(move |event| observe(event));
     reflector(writer, stream).applied_objects()
 }
 
@@ -452,7 +471,10 @@ fn drop_managed_fields<K: kube::Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
 }
 
-async fn kube_client(cfg: &RunConfig, limit: RateLimit) -> Result<Client, FatalError> {
+async fn kube_client(
+    cfg: &RunConfig,
+    throttle: Option<ThrottleLayer>,
+) -> Result<Client, FatalError> {
     let err = |e: &dyn std::fmt::Display| FatalError::KubeConfig(e.to_string());
     let mut config = match &cfg.kubeconfig {
         Some(path) => {
@@ -467,12 +489,26 @@ async fn kube_client(cfg: &RunConfig, limit: RateLimit) -> Result<Client, FatalE
         config.cluster_url = master.parse().map_err(|e: http::uri::InvalidUri| err(&e))?;
     }
     let builder = kube::client::ClientBuilder::try_from(config).map_err(|e| err(&e))?;
-    Ok(match limit {
-        RateLimit::Unlimited => builder.build(),
-        RateLimit::TokenBucket { qps, burst } => {
-            builder.with_layer(&ThrottleLayer::new(qps, burst)).build()
-        }
+    Ok(match throttle {
+        None => builder.build(),
+        Some(layer) => builder.with_layer(&layer).build(),
     })
+}
+
+/// A random (version 4) UUID in its usual text form.
+fn random_uuid() -> String {
+    let mut b: [u8; 16] = rand::random();
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
 }
 
 fn hostname() -> String {

@@ -12,53 +12,53 @@ pub mod volume;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Client;
 use kube::runtime::reflector::Store;
 
-use crate::csi::{CsiClient, pb};
-use crate::kube::slim::Pv;
+use crate::csi::CsiClient;
+use crate::kube::slim::{Claim, Pv};
 use crate::kube::{EventRecorder, LeaderGate};
 use crate::metrics::Metrics;
 use crate::provision::{DriverInfo, ProvisionOptions, SecretRef};
+use claim::{ClaimMemory, IntentReleaser};
 
-/// Everything the reconcilers share. Built once in `main`.
+/// Everything the reconcilers share. Built once in `run`.
 pub struct Context {
+    /// The work lane of the API client: every step of provisioning and deletion.
     pub client: Client,
     pub csi: CsiClient,
     pub driver: DriverInfo,
     pub options: ProvisionOptions,
+    /// Events, sent in the background lane.
     pub recorder: EventRecorder,
     pub metrics: Arc<Metrics>,
-    pub classes: Store<StorageClass>,
     pub leader: LeaderGate,
-    pub claim_backoff: Backoff,
-    pub volume_backoff: Backoff,
-    /// Volumes the driver created whose PV is not saved yet, by claim UID.
-    /// Only an optimisation (saves a `CreateVolume` on retry): after a restart
-    /// the same volume is found again by its deterministic name.
-    pub created: Mutex<HashMap<String, pb::Volume>>,
-    /// Claims whose last `CreateVolume` was `InvalidArgument`: claim UID →
-    /// (when, StorageClass UID). Retried only after `retry_max` or when the
-    /// class changes (upstream: the lib's "infeasible" slow set).
-    pub infeasible: Mutex<HashMap<String, (Instant, String)>>,
-    /// First provisioning attempt per claim UID, for the duration metric.
-    pub started: Mutex<HashMap<String, Instant>>,
-    /// The PV cache: finds "this claim's PV exists" without a request. Only
-    /// ever trusted for that answer (a PV once seen bound to the claim's UID
-    /// did exist); "no PV" is always confirmed by the API server.
+    pub caches: Caches,
+    /// What the claim path remembers, per claim UID.
+    pub claims: Arc<ClaimMemory>,
+    /// Releases of intents that are no longer needed, in the background lane.
+    pub intents: IntentReleaser,
+    /// What the volume path remembers.
+    pub volumes: VolumeMemory,
+}
+
+/// The reflector caches: for finding work, never for deciding an
+/// irreversible act (DESIGN §2.2).
+pub struct Caches {
+    pub classes: Store<StorageClass>,
+    /// PVs in their slim shape. Trusted for one answer only: a PV seen bound
+    /// to a claim's UID did exist.
     pub volumes: Store<Pv>,
-    /// PVs this process saved (or found saved) that the PV cache may not show
-    /// yet, by PV name and claim UID ([`Context::remember_saved`]); an entry
-    /// goes once the cache has the PV.
-    pub saved: Remembered,
-    /// Claims (UIDs) whose intent finalizer this process removed, so a stale
-    /// cached copy that still shows it costs no second patch. An entry goes
-    /// once the cache shows the claim without it.
-    pub intent_dropped: Remembered,
+    pub claims: Store<Claim>,
+}
+
+/// What the volume path remembers.
+pub struct VolumeMemory {
+    pub backoff: Backoff,
     /// PVs (UIDs) whose deletion this process finished, so a stale cached
     /// copy that still shows them Released with our finalizer costs no
     /// second read. An entry goes once the cache shows the PV without it.
@@ -77,12 +77,6 @@ pub fn bound_claim_uid(pv: &Pv) -> Option<&str> {
         .as_ref()
         .and_then(|s| s.claim_ref.as_ref())
         .and_then(|r| r.uid.as_deref())
-}
-
-/// A PV name is derived from a (possibly truncated) claim UID, so "saved"
-/// names both.
-fn saved_key(pv_name: &str, claim_uid: &str) -> String {
-    format!("{pv_name} {claim_uid}")
 }
 
 /// Bound on each [`Remembered`] set.
@@ -127,10 +121,7 @@ impl Backoff {
     pub fn next_delay(&self, key: &str) -> Duration {
         let mut failures = self.failures.lock().expect("backoff map poisoned");
         let n = failures.entry(key.to_string()).or_insert(0);
-        let delay = self
-            .start
-            .saturating_mul(2u32.saturating_pow((*n).min(31)))
-            .min(self.max);
+        let delay = retry_delay(self.start, self.max, *n);
         *n = n.saturating_add(1);
         delay
     }
@@ -141,10 +132,14 @@ impl Backoff {
             .expect("backoff map poisoned")
             .remove(key);
     }
+}
 
-    pub fn max(&self) -> Duration {
-        self.max
-    }
+/// The wait after `failures` failures in a row: `start · 2^failures`, capped
+/// at `max` (`--retry-interval-start`, `--retry-interval-max`).
+pub fn retry_delay(start: Duration, max: Duration, failures: u32) -> Duration {
+    start
+        .saturating_mul(2u32.saturating_pow(failures.min(31)))
+        .min(max)
 }
 
 impl Context {
@@ -163,29 +158,6 @@ impl Context {
     /// PVs as the sidecar reads, deletes and patches them: the slim shape.
     pub fn pv_api(&self) -> kube::Api<Pv> {
         kube::Api::all(self.client.clone())
-    }
-
-    /// PVs as the claim path creates them: the full object.
-    pub fn pv_create_api(&self) -> kube::Api<PersistentVolume> {
-        kube::Api::all(self.client.clone())
-    }
-
-    /// Whether the PV `name` is known, without a request, to exist and be
-    /// bound to the claim with UID `claim_uid` (saved by us, or in the cache).
-    pub fn pv_known_for(&self, name: &str, claim_uid: &str) -> bool {
-        let cached = self
-            .volumes
-            .get(&kube::runtime::reflector::ObjectRef::new(name));
-        if let Some(pv) = cached {
-            self.saved.remove(&saved_key(name, claim_uid));
-            return bound_claim_uid(&pv) == Some(claim_uid);
-        }
-        self.saved.contains(&saved_key(name, claim_uid))
-    }
-
-    /// Remembers that the PV `name`, bound to the claim `claim_uid`, is saved.
-    pub fn remember_saved(&self, name: &str, claim_uid: &str) {
-        self.saved.insert(&saved_key(name, claim_uid));
     }
 }
 

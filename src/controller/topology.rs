@@ -13,7 +13,7 @@ use super::Context;
 use crate::csi::pb;
 use crate::kube::get_fresh;
 use crate::provision::topology::{self, Segments, SelectedNode, TopologyInputs};
-use crate::provision::{self, ProvisionError};
+use crate::provision::{ClaimView, ProvisionError};
 
 /// Why topology could not be computed.
 #[derive(Debug, thiserror::Error)]
@@ -35,7 +35,7 @@ pub async fn requirements(
     if !(ctx.driver.capabilities.accessibility_constraints && ctx.options.topology_gate) {
         return Ok(None);
     }
-    let selected = match provision::claim_selected_node(claim) {
+    let selected = match ClaimView(claim).selected_node() {
         Some(name) => Some(selected_node(ctx, name).await?),
         None => None,
     };

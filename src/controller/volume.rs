@@ -19,7 +19,8 @@ use crate::csi::pb;
 use crate::keys;
 use crate::kube::slim::Pv;
 use crate::kube::{
-    EventType, add_finalizer, get_fresh, has_finalizer, is_status, remove_finalizer,
+    EventType, add_finalizer, get_fresh, has_finalizer, is_conflict, is_invalid, is_not_found,
+    remove_finalizer,
 };
 use crate::metrics::VolumeLabels;
 use crate::provision::{SecretKind, SecretRef, secrets};
@@ -97,27 +98,27 @@ pub async fn reconcile(pv: Arc<Pv>, ctx: Arc<Context>) -> Result<Action, VolumeE
     let api = ctx.pv_api();
     let uid = pv.uid().unwrap_or_default();
     if !has_finalizer(pv.as_ref(), keys::FINALIZER_PV) {
-        ctx.deleted.remove(&uid);
+        ctx.volumes.deleted.remove(&uid);
     }
     match work_for(&pv, &ctx.driver.name) {
         Work::Nothing => {}
         Work::AddFinalizer => match add_finalizer(&api, pv.as_ref(), keys::FINALIZER_PV).await {
             Ok(_) => {}
-            Err(e) if is_status(&e, 422) || is_status(&e, 404) => {}
+            Err(e) if is_invalid(&e) || is_not_found(&e) => {}
             Err(e) => return Err(e.into()),
         },
         Work::RemoveFinalizer => {
             remove_finalizer(&api, pv.as_ref(), keys::FINALIZER_PV).await?;
         }
-        Work::Delete if ctx.deleted.contains(&uid) => {}
+        Work::Delete if ctx.volumes.deleted.contains(&uid) => {}
         Work::Delete => delete(&ctx, &pv).await?,
     }
-    ctx.volume_backoff.reset(&pv.name_any());
+    ctx.volumes.backoff.reset(&pv.name_any());
     Ok(Action::await_change())
 }
 
 pub fn error_policy(pv: Arc<Pv>, err: &VolumeError, ctx: Arc<Context>) -> Action {
-    let delay = ctx.volume_backoff.next_delay(&pv.name_any());
+    let delay = ctx.volumes.backoff.next_delay(&pv.name_any());
     match err {
         VolumeError::NotLeader => debug!(pv = %pv.name_any(), "not leader"),
         _ => warn!(pv = %pv.name_any(), error = %err, retry_in = ?delay, "deletion failed"),
@@ -200,11 +201,11 @@ async fn delete(ctx: &Context, cached: &Pv) -> Result<(), VolumeError> {
                 }
             }
             // Gone, or the name is another object's now (the UID precondition).
-            Err(e) if is_status(&e, 404) || is_status(&e, 409) => {}
+            Err(e) if is_not_found(&e) || is_conflict(&e) => {}
             Err(e) => return Err(e.into()),
         }
     }
-    ctx.deleted.insert(&pv.uid().unwrap_or_default());
+    ctx.volumes.deleted.insert(&pv.uid().unwrap_or_default());
     ctx.metrics.delete_total.get_or_create(&labels(&pv)).inc();
     ctx.metrics
         .delete_duration
@@ -232,8 +233,8 @@ async fn confirm_delete(ctx: &Context, cached: &Pv) -> Result<Option<Pv>, Volume
             .await
         {
             Ok(answer) => return Ok(answer.left()),
-            Err(e) if is_status(&e, 404) => return Ok(None),
-            Err(e) if is_status(&e, 409) => {
+            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(e) if is_conflict(&e) => {
                 debug!(pv = %cached.name_any(), "changed since the cache saw it: reading it");
             }
             Err(e) => return Err(e.into()),
@@ -289,6 +290,7 @@ fn secret_from_class(ctx: &Context, pv: &Pv) -> Option<SecretRef> {
     let spec = pv.spec.as_ref()?;
     let class_name = spec.storage_class_name.as_deref()?;
     let class = ctx
+        .caches
         .classes
         .get(&kube::runtime::reflector::ObjectRef::new(class_name))?;
     let claim = spec.claim_ref.as_ref()?;

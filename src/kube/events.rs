@@ -169,7 +169,7 @@ impl Sender {
                     return Ok(());
                 }
                 // The Event expired or was deleted: post a new one below.
-                Err(e) if super::is_status(&e, 404) => {}
+                Err(e) if super::is_not_found(&e) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -186,13 +186,13 @@ impl Sender {
             type_: Some(p.kind.as_str().to_string()),
             source: Some(EventSource {
                 component: Some(self.component.clone()),
-                host: Some(self.host.clone()),
+                host: Some(self.host.clone()).filter(|h| !h.is_empty()),
             }),
             first_timestamp: Some(p.at.clone()),
             last_timestamp: Some(p.at.clone()),
             count: Some(1),
             reporting_component: Some(self.component.clone()),
-            reporting_instance: Some(self.host.clone()),
+            reporting_instance: Some(self.host.clone()).filter(|h| !h.is_empty()),
             ..Default::default()
         };
         let api: Api<Event> = Api::namespaced(self.client.clone(), &p.namespace);

@@ -54,7 +54,7 @@ where
         .await
     {
         Ok(o) => Ok(Some(o)),
-        Err(e) if super::is_status(&e, 404) => Ok(None),
+        Err(e) if super::is_not_found(&e) => Ok(None),
         Err(e) => Err(e),
     }
 }

@@ -28,7 +28,7 @@ use prometheus_client::metrics::family::Family;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::is_status;
+use super::{is_conflict, is_not_found};
 use crate::metrics::{LeaseLabels, Metrics};
 
 #[derive(Clone, Debug)]
@@ -238,7 +238,7 @@ impl Elector {
         }
         let existing = match self.api.get(&self.config.name).await {
             Ok(l) => Some(l),
-            Err(e) if is_status(&e, 404) => None,
+            Err(e) if is_not_found(&e) => None,
             Err(e) => return Err(e),
         };
         let Some(mut lease) = existing else {
@@ -263,7 +263,7 @@ impl Elector {
                     self.remember_written(l);
                     Ok(true)
                 }
-                Err(e) if is_status(&e, 409) => Ok(false),
+                Err(e) if is_conflict(&e) => Ok(false),
                 Err(e) => Err(e),
             };
         };
@@ -313,7 +313,7 @@ impl Elector {
                 self.remember_written(l);
                 Ok(true)
             }
-            Err(e) if is_status(&e, 409) => Ok(false),
+            Err(e) if is_conflict(&e) => Ok(false),
             Err(e) => Err(e),
         }
     }

@@ -21,13 +21,37 @@ where
 {
     match api.get(name).await {
         Ok(obj) => Ok(Some(obj)),
-        Err(e) if is_status(&e, 404) => Ok(None),
+        Err(e) if is_not_found(&e) => Ok(None),
         Err(e) => Err(e),
     }
 }
 
-/// Whether `err` is an API answer with HTTP status `code` (404 not found,
-/// 409 already exists / conflict, 422 invalid).
-pub fn is_status(err: &kube::Error, code: u16) -> bool {
+/// The API server answered 404: the object does not exist.
+pub fn is_not_found(err: &kube::Error) -> bool {
+    is_code(err, 404)
+}
+
+/// The API server answered 409: the name is taken (create), or a
+/// precondition (resourceVersion, UID of a DELETE) no longer holds.
+pub fn is_conflict(err: &kube::Error) -> bool {
+    is_code(err, 409)
+}
+
+/// The API server answered 422: the write is invalid for the object as it is
+/// now (another UID under the name, a new finalizer on an object being deleted).
+pub fn is_invalid(err: &kube::Error) -> bool {
+    is_code(err, 422)
+}
+
+fn is_code(err: &kube::Error, code: u16) -> bool {
     matches!(err, kube::Error::Api(s) if s.code == code)
+}
+
+/// An error as a Go client shows it: the API server's own message for an API
+/// answer (`secrets "x" not found`), the error itself otherwise.
+pub fn api_message(err: &kube::Error) -> String {
+    match err {
+        kube::Error::Api(s) if !s.message.is_empty() => s.message.clone(),
+        other => other.to_string(),
+    }
 }

@@ -1,7 +1,8 @@
 //! Client-side rate limiting of API requests (`--kube-api-qps`,
-//! `--kube-api-burst`): a token bucket shared by every request of one client,
-//! as client-go's flowcontrol does. A request waits for a token in
-//! `poll_ready`, so the client's request buffer holds back everything behind it.
+//! `--kube-api-burst`): a token bucket shared by every request of the process's
+//! clients, as client-go's flowcontrol does for one clientset, with two lanes
+//! ([`Lane`]). A request waits for a token in `poll_ready`, so the client's
+//! request buffer holds back everything behind it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -46,17 +47,67 @@ impl TokenBucket {
     }
 }
 
-#[derive(Clone)]
-pub struct ThrottleLayer {
-    bucket: Arc<Mutex<TokenBucket>>,
+/// Which requests a client sends. Both lanes share one bucket, so together
+/// they never exceed `--kube-api-qps`; the background lane (events, dropping
+/// an intent that is no longer needed) takes a token only while no request of
+/// the work lane is waiting for one, so reports and tidying never delay
+/// provisioning or deletion. client-go gets a similar effect by accident: its
+/// one event goroutine queues behind every worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lane {
+    Work,
+    Background,
 }
 
-impl ThrottleLayer {
-    pub fn new(qps: f32, burst: u32) -> ThrottleLayer {
+struct Shared {
+    bucket: TokenBucket,
+    /// Whether a work-lane request is waiting for a token right now.
+    work_waiting: bool,
+}
+
+/// One token bucket for the clients of one process, handed to each client's
+/// layer with its lane.
+#[derive(Clone)]
+pub struct SharedBucket(Arc<Mutex<Shared>>);
+
+impl SharedBucket {
+    pub fn new(qps: f32, burst: u32) -> SharedBucket {
+        SharedBucket(Arc::new(Mutex::new(Shared {
+            bucket: TokenBucket::new(qps, burst),
+            work_waiting: false,
+        })))
+    }
+
+    pub fn layer(&self, lane: Lane) -> ThrottleLayer {
         ThrottleLayer {
-            bucket: Arc::new(Mutex::new(TokenBucket::new(qps, burst))),
+            shared: self.clone(),
+            lane,
         }
     }
+
+    /// Takes a token for `lane` at `now`, or says how long to wait.
+    fn take(&self, lane: Lane, now: Instant) -> Result<(), Duration> {
+        let mut shared = self.0.lock().expect("bucket poisoned");
+        if lane == Lane::Background && shared.work_waiting {
+            // Look again once the work lane could have had its token.
+            return Err(Duration::from_secs_f64(1.0 / shared.bucket.qps));
+        }
+        let taken = shared.bucket.take_at(now);
+        if lane == Lane::Work {
+            shared.work_waiting = taken.is_err();
+        }
+        taken
+    }
+
+    fn stop_waiting(&self) {
+        self.0.lock().expect("bucket poisoned").work_waiting = false;
+    }
+}
+
+#[derive(Clone)]
+pub struct ThrottleLayer {
+    shared: SharedBucket,
+    lane: Lane,
 }
 
 impl<S> Layer<S> for ThrottleLayer {
@@ -65,18 +116,31 @@ impl<S> Layer<S> for ThrottleLayer {
     fn layer(&self, inner: S) -> Throttle<S> {
         Throttle {
             inner,
-            bucket: self.bucket.clone(),
+            shared: self.shared.clone(),
+            lane: self.lane,
             sleep: None,
             has_token: false,
         }
     }
 }
 
+/// A client's throttle. kube's client puts a buffer in front of its service
+/// stack, so one `Throttle` serves the client's requests one at a time: while
+/// it waits, so does every request of its client behind it.
 pub struct Throttle<S> {
     inner: S,
-    bucket: Arc<Mutex<TokenBucket>>,
+    shared: SharedBucket,
+    lane: Lane,
     sleep: Option<Pin<Box<Sleep>>>,
     has_token: bool,
+}
+
+impl<S> Drop for Throttle<S> {
+    fn drop(&mut self) {
+        if self.lane == Lane::Work && self.sleep.is_some() {
+            self.shared.stop_waiting();
+        }
+    }
 }
 
 impl<S, R> Service<R> for Throttle<S>
@@ -96,10 +160,8 @@ where
                 self.sleep = None;
             }
             match self
-                .bucket
-                .lock()
-                .expect("bucket poisoned")
-                .take_at(tokio::time::Instant::now().into_std())
+                .shared
+                .take(self.lane, tokio::time::Instant::now().into_std())
             {
                 Ok(()) => self.has_token = true,
                 Err(wait) => self.sleep = Some(Box::pin(tokio::time::sleep(wait))),
@@ -139,7 +201,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn requests_beyond_the_burst_wait() {
-        let layer = ThrottleLayer::new(2.0, 2);
+        let layer = SharedBucket::new(2.0, 2).layer(Lane::Work);
         let mut svc = layer.layer(tower::service_fn(|x: u32| async move {
             Ok::<_, std::convert::Infallible>(x)
         }));
@@ -153,6 +215,28 @@ mod tests {
         assert!(
             waited >= Duration::from_millis(990) && waited < Duration::from_millis(1100),
             "{waited:?}"
+        );
+    }
+
+    #[test]
+    fn the_background_lane_waits_while_work_waits() {
+        let t0 = Instant::now();
+        let bucket = SharedBucket::new(1.0, 1);
+        assert!(bucket.take(Lane::Work, t0).is_ok());
+        // The bucket is empty: work waits, and from now on background yields.
+        assert!(bucket.take(Lane::Work, t0).is_err());
+        let t1 = t0 + Duration::from_secs(1);
+        assert!(
+            bucket.take(Lane::Background, t1).is_err(),
+            "the token that refilled is the waiting work's"
+        );
+        assert!(bucket.take(Lane::Work, t1).is_ok());
+        // Nobody waits now: the next token may go to background.
+        let t2 = t1 + Duration::from_secs(1);
+        assert!(bucket.take(Lane::Background, t2).is_ok());
+        assert!(
+            bucket.take(Lane::Background, t2).is_err(),
+            "one bucket for both lanes"
         );
     }
 }

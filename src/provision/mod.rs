@@ -2,6 +2,7 @@
 //! `CreateVolume` request; the driver's answer → the PersistentVolume. No I/O
 //! here, so every rule is table-tested without a cluster.
 
+mod claim;
 mod naming;
 mod pv;
 pub mod quantity;
@@ -9,10 +10,7 @@ mod request;
 pub mod secrets;
 pub mod topology;
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-
+pub use claim::ClaimView;
 pub use naming::volume_name;
 pub use pv::build_pv;
 pub use request::{PreparedVolume, prepare};
@@ -78,38 +76,41 @@ pub enum ProvisionError {
     #[error("data source {kind:?} is not supported yet by this provisioner")]
     DataSourceNotSupported { kind: String },
     #[error(
-        "CSI driver does not support dynamic provisioning: plugin CONTROLLER_SERVICE or controller CREATE_DELETE_VOLUME capability is not reported"
+        "CSI driver does not support dynamic provisioning: {missing} capability is not reported"
     )]
-    ProvisioningNotSupported,
+    ProvisioningNotSupported {
+        /// `plugin CONTROLLER_SERVICE` or `controller CREATE_DELETE_VOLUME`.
+        missing: &'static str,
+    },
     #[error(
         "fstype specified in parameters with both \"fstype\" and \"{}\" keys",
         keys::PARAM_FSTYPE
     )]
     FsTypeTwice,
     #[error(
-        "found unknown parameter key \"{key}\" with reserved namespace {}",
+        "failed to strip CSI Parameters of prefixed keys: found unknown parameter key \"{key}\" with reserved namespace {}",
         keys::CSI_PARAMETER_PREFIX
     )]
     UnknownReservedParameter { key: String },
     #[error(
-        "{kind} secrets specified in parameters with both \"csi\" and \"csi.storage.k8s.io/\" keys"
+        "failed to get {}name and namespace template from params: {reason}",
+        if *default { "default " } else { "" }
     )]
-    SecretKeysBothForms { kind: &'static str },
-    #[error("either name and namespace for {kind} secrets specified, Both must be specified")]
-    SecretNameOrNamespaceMissing { kind: &'static str },
+    SecretParams {
+        default: bool,
+        reason: secrets::SecretParamsError,
+    },
     #[error(
-        "{kind} secrets specified in parameters but value of either namespace or name is empty"
+        "error resolving value {template:?}: invalid tokens: {}",
+        go_quoted_list(tokens)
     )]
-    SecretEmptyValue { kind: &'static str },
-    #[error("failed to resolve {kind} secret template {template:?}: invalid tokens: {tokens:?}")]
     SecretTemplate {
-        kind: &'static str,
         template: String,
         tokens: Vec<String>,
     },
-    #[error("{template:?} resolved to {resolved:?} which is not a valid namespace name")]
+    #[error("{}", not_valid(template, resolved, "namespace"))]
     SecretInvalidNamespace { template: String, resolved: String },
-    #[error("{template:?} resolved to {resolved:?} which is not a valid secret name")]
+    #[error("{}", not_valid(template, resolved, "secret"))]
     SecretInvalidName { template: String, resolved: String },
     #[error("no access modes requested")]
     NoAccessModes,
@@ -141,50 +142,24 @@ pub enum ProvisionError {
     VolumeTooSmall { got: i64, want: i64 },
 }
 
-/// The StorageClass name of a claim: the legacy annotation wins over the spec.
-pub fn claim_class(claim: &PersistentVolumeClaim) -> Option<&str> {
-    claim
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(keys::ANN_BETA_STORAGE_CLASS))
-        .map(String::as_str)
-        .or_else(|| claim.spec.as_ref()?.storage_class_name.as_deref())
+/// Go's `%q` of a string list: `["a" "b"]`.
+fn go_quoted_list(items: &[String]) -> String {
+    let quoted: Vec<String> = items.iter().map(|i| format!("{i:?}")).collect();
+    format!("[{}]", quoted.join(" "))
 }
 
-/// The provisioner a claim asks for (GA annotation, then beta).
-pub fn claim_provisioner(claim: &PersistentVolumeClaim) -> Option<&str> {
-    let ann = claim.metadata.annotations.as_ref()?;
-    ann.get(keys::ANN_STORAGE_PROVISIONER)
-        .or_else(|| ann.get(keys::ANN_BETA_STORAGE_PROVISIONER))
-        .map(String::as_str)
-}
-
-/// The node chosen by the scheduler for a WaitForFirstConsumer claim.
-pub fn claim_selected_node(claim: &PersistentVolumeClaim) -> Option<&str> {
-    let ann = claim.metadata.annotations.as_ref()?;
-    ann.get(keys::ANN_SELECTED_NODE)
-        .or_else(|| ann.get(keys::ANN_ALPHA_SELECTED_NODE))
-        .map(String::as_str)
-        .filter(|n| !n.is_empty())
-}
-
-/// The VolumeAttributesClass a claim asks for, when the gate is on.
-pub fn claim_vac_name<'a>(
-    claim: &'a PersistentVolumeClaim,
-    opts: &ProvisionOptions,
-) -> Option<&'a str> {
-    if !opts.volume_attributes_class {
-        return None;
+/// Upstream's text for a template that does not give a valid name: it says
+/// what the template resolved to only when a substitution happened.
+fn not_valid(template: &str, resolved: &str, what: &str) -> String {
+    if template == resolved {
+        format!("{template:?} is not a valid {what} name")
+    } else {
+        format!("{template:?} resolved to {resolved:?} which is not a valid {what} name")
     }
-    claim
-        .spec
-        .as_ref()?
-        .volume_attributes_class_name
-        .as_deref()
-        .filter(|n| !n.is_empty())
 }
 
-fn annotations(claim: &PersistentVolumeClaim) -> BTreeMap<String, String> {
-    claim.metadata.annotations.clone().unwrap_or_default()
+/// The request tests' claim and driver, for the controller's tests.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    pub use super::request::tests::claim;
 }

@@ -14,8 +14,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::{
-    DriverInfo, PreparedVolume, ProvisionError, ProvisionOptions, SecretKind, claim_class,
-    claim_vac_name, quantity,
+    ClaimView, DriverInfo, PreparedVolume, ProvisionError, ProvisionOptions, SecretKind, quantity,
 };
 use crate::csi::pb;
 use crate::keys;
@@ -135,7 +134,7 @@ pub fn build_pv(
                     .clone()
                     .unwrap_or_else(|| "Delete".into()),
             ),
-            storage_class_name: claim_class(claim).map(str::to_string),
+            storage_class_name: ClaimView(claim).class().map(str::to_string),
             volume_mode: Some(
                 if prepared.block {
                     "Block"
@@ -146,7 +145,7 @@ pub fn build_pv(
             ),
             mount_options: class.mount_options.clone().filter(|m| !m.is_empty()),
             node_affinity: node_affinity(&volume.accessible_topology),
-            volume_attributes_class_name: claim_vac_name(claim, opts).map(str::to_string),
+            volume_attributes_class_name: ClaimView(claim).vac_name(opts).map(str::to_string),
             ..Default::default()
         }),
         ..Default::default()

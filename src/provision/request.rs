@@ -7,10 +7,7 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::secrets::{self, SecretKind, SecretRef, TemplateInputs};
-use super::{
-    DriverInfo, ProvisionError, ProvisionOptions, annotations, claim_vac_name, quantity,
-    volume_name,
-};
+use super::{ClaimView, DriverInfo, ProvisionError, ProvisionOptions, quantity, volume_name};
 use crate::csi::pb;
 use crate::keys;
 
@@ -50,26 +47,34 @@ pub fn prepare(
     driver: &DriverInfo,
     opts: &ProvisionOptions,
 ) -> Result<PreparedVolume, ProvisionError> {
-    if !driver.capabilities.supports_provisioning() {
-        return Err(ProvisionError::ProvisioningNotSupported);
+    if !driver.capabilities.controller_service {
+        return Err(ProvisionError::ProvisioningNotSupported {
+            missing: "plugin CONTROLLER_SERVICE",
+        });
     }
-    let uid = claim.metadata.uid.as_deref().unwrap_or_default();
-    let pv_name = volume_name(&opts.volume_name_prefix, uid, opts.volume_name_uuid_length)?;
+    if !driver.capabilities.create_delete_volume {
+        return Err(ProvisionError::ProvisioningNotSupported {
+            missing: "controller CREATE_DELETE_VOLUME",
+        });
+    }
+    let view = ClaimView(claim);
+    let pv_name = volume_name(
+        &opts.volume_name_prefix,
+        view.uid(),
+        opts.volume_name_uuid_length,
+    )?;
     let spec = claim.spec.clone().unwrap_or_default();
     if spec.selector.is_some() {
         return Err(ProvisionError::SelectorNotSupported);
     }
-    if let Some(kind) = spec
-        .data_source
-        .as_ref()
-        .map(|d| d.kind.clone())
-        .or_else(|| spec.data_source_ref.as_ref().map(|d| d.kind.clone()))
-    {
-        return Err(ProvisionError::DataSourceNotSupported { kind });
+    if let Some(kind) = view.data_source_kind() {
+        return Err(ProvisionError::DataSourceNotSupported {
+            kind: kind.to_string(),
+        });
     }
     // The class's parameters are fetched by the controller (an API read);
     // whether the driver can take them at all is known now.
-    if claim_vac_name(claim, opts).is_some() && !driver.capabilities.modify_volume {
+    if view.vac_name(opts).is_some() && !driver.capabilities.modify_volume {
         return Err(ProvisionError::VolumeAttributesClassNotSupported);
     }
 
@@ -89,14 +94,12 @@ pub fn prepare(
         return Err(ProvisionError::UnknownReservedParameter { key: key.clone() });
     }
 
-    let claim_annotations = annotations(claim);
-    let name = claim.metadata.name.as_deref().unwrap_or_default();
-    let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
+    let (name, namespace) = (view.name(), view.namespace());
     let inputs = TemplateInputs {
         pv_name: &pv_name,
         pvc_name: name,
         pvc_namespace: namespace,
-        pvc_annotations: &claim_annotations,
+        pvc_annotations: view.annotations(),
     };
     let mut secret_refs = BTreeMap::new();
     for kind in ALL_SECRET_KINDS {
@@ -137,14 +140,10 @@ pub fn prepare(
         })
         .collect();
 
-    let storage = spec
-        .resources
-        .as_ref()
-        .and_then(|r| r.requests.as_ref())
-        .and_then(|r| r.get("storage"));
-    let requested_bytes = match storage {
-        Some(q) => quantity::parse_bytes(&q.0)
-            .ok_or_else(|| ProvisionError::BadStorageRequest(q.0.clone()))?,
+    let requested_bytes = match view.requested_storage() {
+        Some(q) => {
+            quantity::parse_bytes(q).ok_or_else(|| ProvisionError::BadStorageRequest(q.into()))?
+        }
         None => return Err(ProvisionError::BadStorageRequest(String::new())),
     };
 

@@ -30,14 +30,14 @@ struct KindKeys {
 const KINDS: [KindKeys; 7] = [
     KindKeys {
         kind: SecretKind::Provisioner,
-        label: "provisioner",
+        label: "Provisioner",
         name: "csi.storage.k8s.io/provisioner-secret-name",
         namespace: "csi.storage.k8s.io/provisioner-secret-namespace",
         deprecated: Some(("csiProvisionerSecretName", "csiProvisionerSecretNamespace")),
     },
     KindKeys {
         kind: SecretKind::ControllerPublish,
-        label: "controller publish",
+        label: "ControllerPublish",
         name: "csi.storage.k8s.io/controller-publish-secret-name",
         namespace: "csi.storage.k8s.io/controller-publish-secret-namespace",
         deprecated: Some((
@@ -47,35 +47,35 @@ const KINDS: [KindKeys; 7] = [
     },
     KindKeys {
         kind: SecretKind::NodeStage,
-        label: "node stage",
+        label: "NodeStage",
         name: "csi.storage.k8s.io/node-stage-secret-name",
         namespace: "csi.storage.k8s.io/node-stage-secret-namespace",
         deprecated: Some(("csiNodeStageSecretName", "csiNodeStageSecretNamespace")),
     },
     KindKeys {
         kind: SecretKind::NodePublish,
-        label: "node publish",
+        label: "NodePublish",
         name: "csi.storage.k8s.io/node-publish-secret-name",
         namespace: "csi.storage.k8s.io/node-publish-secret-namespace",
         deprecated: Some(("csiNodePublishSecretName", "csiNodePublishSecretNamespace")),
     },
     KindKeys {
         kind: SecretKind::ControllerExpand,
-        label: "controller expand",
+        label: "ControllerExpand",
         name: "csi.storage.k8s.io/controller-expand-secret-name",
         namespace: "csi.storage.k8s.io/controller-expand-secret-namespace",
         deprecated: None,
     },
     KindKeys {
         kind: SecretKind::NodeExpand,
-        label: "node expand",
+        label: "NodeExpand",
         name: "csi.storage.k8s.io/node-expand-secret-name",
         namespace: "csi.storage.k8s.io/node-expand-secret-namespace",
         deprecated: None,
     },
     KindKeys {
         kind: SecretKind::ControllerModify,
-        label: "controller modify",
+        label: "ControllerModify",
         name: "csi.storage.k8s.io/controller-modify-secret-name",
         namespace: "csi.storage.k8s.io/controller-modify-secret-namespace",
         deprecated: None,
@@ -109,8 +109,51 @@ pub struct TemplateInputs<'a> {
     pub pvc_annotations: &'a BTreeMap<String, String>,
 }
 
+/// Why the keys of one kind of secret are not usable; upstream wraps it in
+/// "failed to get [default ]name and namespace template from params: ".
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SecretParamsError {
+    #[error(
+        "{kind} secrets specified in parameters with both \"csi\" and \"{}\" keys",
+        crate::keys::CSI_PARAMETER_PREFIX
+    )]
+    BothForms { kind: &'static str },
+    #[error("either name and namespace for {kind} secrets specified, Both must be specified")]
+    NameOrNamespaceMissing { kind: &'static str },
+    #[error(
+        "{kind} secrets specified in parameters but value of either namespace or name is empty"
+    )]
+    EmptyValue { kind: &'static str },
+}
+
+/// The name and namespace templates of one kind of secret, if the class
+/// names them (upstream: verifyAndGetSecretNameAndNamespaceTemplate). Each of
+/// the two may be given in the prefixed or the deprecated spelling, not both.
+fn templates(
+    kind: &'static str,
+    (name_key, namespace_key): (&str, &str),
+    deprecated: Option<(&str, &str)>,
+    params: &BTreeMap<String, String>,
+) -> Result<Option<(String, String)>, SecretParamsError> {
+    let one =
+        |key: &str, old: Option<&str>| match (params.get(key), old.and_then(|k| params.get(k))) {
+            (Some(_), Some(_)) => Err(SecretParamsError::BothForms { kind }),
+            (new, old) => Ok(new.or(old).cloned()),
+        };
+    let name = one(name_key, deprecated.map(|d| d.0))?;
+    let namespace = one(namespace_key, deprecated.map(|d| d.1))?;
+    match (name, namespace) {
+        (None, None) => Ok(None),
+        (Some(n), Some(ns)) if n.is_empty() || ns.is_empty() => {
+            Err(SecretParamsError::EmptyValue { kind })
+        }
+        (Some(n), Some(ns)) => Ok(Some((n, ns))),
+        _ => Err(SecretParamsError::NameOrNamespaceMissing { kind }),
+    }
+}
+
 /// Resolves the reference for `kind` from StorageClass `params`. `Ok(None)`
-/// means the class names no such secret.
+/// means the class names no such secret (nor a default one).
 pub fn resolve(
     kind: SecretKind,
     params: &BTreeMap<String, String>,
@@ -120,38 +163,38 @@ pub fn resolve(
         .iter()
         .find(|k| k.kind == kind)
         .expect("every kind has keys");
-    let label = keys.label;
-    let pair = |n: &str, ns: &str| (params.get(n).cloned(), params.get(ns).cloned());
-    let (mut name, mut namespace) = pair(keys.name, keys.namespace);
-    if let Some((dn, dns)) = keys.deprecated {
-        let (old_name, old_ns) = pair(dn, dns);
-        let new_set = name.is_some() || namespace.is_some();
-        let old_set = old_name.is_some() || old_ns.is_some();
-        if new_set && old_set {
-            return Err(ProvisionError::SecretKeysBothForms { kind: label });
-        }
-        if old_set {
-            (name, namespace) = (old_name, old_ns);
-        }
-    }
-    if name.is_none() && namespace.is_none() {
-        (name, namespace) = pair(DEFAULT_SECRET_NAME, DEFAULT_SECRET_NAMESPACE);
-    }
-    let (name_tmpl, ns_tmpl) = match (name, namespace) {
-        (None, None) => return Ok(None),
-        (Some(n), Some(ns)) => (n, ns),
-        _ => return Err(ProvisionError::SecretNameOrNamespaceMissing { kind: label }),
+    let own = templates(
+        keys.label,
+        (keys.name, keys.namespace),
+        keys.deprecated,
+        params,
+    )
+    .map_err(|reason| ProvisionError::SecretParams {
+        default: false,
+        reason,
+    })?;
+    let found = match own {
+        Some(t) => Some(t),
+        None => templates(
+            "Default",
+            (DEFAULT_SECRET_NAME, DEFAULT_SECRET_NAMESPACE),
+            None,
+            params,
+        )
+        .map_err(|reason| ProvisionError::SecretParams {
+            default: true,
+            reason,
+        })?,
     };
-    if name_tmpl.is_empty() || ns_tmpl.is_empty() {
-        return Err(ProvisionError::SecretEmptyValue { kind: label });
-    }
+    let Some((name_tmpl, ns_tmpl)) = found else {
+        return Ok(None);
+    };
     let namespace = expand(&ns_tmpl, |token| match token {
         "pv.name" => Some(inputs.pv_name.to_string()),
         "pvc.namespace" => Some(inputs.pvc_namespace.to_string()),
         _ => None,
     })
     .map_err(|tokens| ProvisionError::SecretTemplate {
-        kind: label,
         template: ns_tmpl.clone(),
         tokens,
     })?;
@@ -165,11 +208,10 @@ pub fn resolve(
         "pv.name" => Some(inputs.pv_name.to_string()),
         "pvc.name" => Some(inputs.pvc_name.to_string()),
         "pvc.namespace" => Some(inputs.pvc_namespace.to_string()),
-        t => annotation_token(t)
-            .map(|key| inputs.pvc_annotations.get(key).cloned().unwrap_or_default()),
+        // An annotation the claim does not have is an invalid token, as upstream.
+        t => annotation_token(t).and_then(|key| inputs.pvc_annotations.get(key).cloned()),
     })
     .map_err(|tokens| ProvisionError::SecretTemplate {
-        kind: label,
         template: name_tmpl.clone(),
         tokens,
     })?;
@@ -188,7 +230,8 @@ fn annotation_token(token: &str) -> Option<&str> {
 }
 
 /// Expands `${token}` and `$token` like Go's `os.Expand`. Unknown tokens are
-/// collected and returned as the error, in order of appearance.
+/// collected and returned as the error, sorted and without repeats (as
+/// upstream's string set lists them).
 pub fn expand(
     template: &str,
     lookup: impl Fn(&str) -> Option<String>,
@@ -216,6 +259,8 @@ pub fn expand(
     if invalid.is_empty() {
         Ok(out)
     } else {
+        invalid.sort();
+        invalid.dedup();
         Err(invalid)
     }
 }
@@ -360,7 +405,46 @@ mod tests {
             (
                 vec![(p, "s"), (pn, "ns"), ("csiProvisionerSecretName", "o")],
                 SecretKind::Provisioner,
-                Err("both"),
+                Err(
+                    "failed to get name and namespace template from params: Provisioner secrets specified in parameters with both \"csi\" and \"csi.storage.k8s.io/\" keys",
+                ),
+            ),
+            // One field in each spelling is not "both" (upstream counts per field).
+            (
+                vec![(p, "s"), ("csiProvisionerSecretNamespace", "ns")],
+                SecretKind::Provisioner,
+                Ok(sref("s", "ns")),
+            ),
+            (
+                vec![(DEFAULT_SECRET_NAME, "d")],
+                SecretKind::ControllerPublish,
+                Err(
+                    "failed to get default name and namespace template from params: either name and namespace for Default secrets specified, Both must be specified",
+                ),
+            ),
+            (
+                vec![("csi.storage.k8s.io/controller-publish-secret-name", "s")],
+                SecretKind::ControllerPublish,
+                Err(
+                    "failed to get name and namespace template from params: either name and namespace for ControllerPublish secrets specified, Both must be specified",
+                ),
+            ),
+            (
+                vec![(p, "${pvc.annotations['missing']}"), (pn, "x")],
+                SecretKind::Provisioner,
+                Err(
+                    "error resolving value \"${pvc.annotations['missing']}\": invalid tokens: [\"pvc.annotations['missing']\"]",
+                ),
+            ),
+            (
+                vec![(p, "bad name"), (pn, "ns")],
+                SecretKind::Provisioner,
+                Err("\"bad name\" is not a valid secret name"),
+            ),
+            (
+                vec![(p, "${pvc.name}_x"), (pn, "ns")],
+                SecretKind::Provisioner,
+                Err("\"${pvc.name}_x\" resolved to \"data_x\" which is not a valid secret name"),
             ),
             (
                 vec![(p, "${pvc.uid}"), (pn, "ns")],
@@ -404,7 +488,7 @@ mod tests {
         let look = |t: &str| (t == "a").then(|| "A".to_string());
         assert_eq!(expand("x${a}y$a", look).unwrap(), "xAyA");
         assert_eq!(expand("plain", look).unwrap(), "plain");
-        assert_eq!(expand("${b}-$c", look).unwrap_err(), vec!["b", "c"]);
+        assert_eq!(expand("${c}-$b-$c", look).unwrap_err(), vec!["b", "c"]);
         assert_eq!(expand("tail$", look).unwrap(), "tail$");
         assert_eq!(expand("a $ b", look).unwrap(), "a $ b");
         assert_eq!(expand("${unclosed", look).unwrap(), "unclosed");

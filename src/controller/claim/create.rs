@@ -1,0 +1,359 @@
+//! The create sequence: a claim of ours without a volume gets one backend
+//! volume and one PV, exactly once.
+//!
+//! 1. decide from the cached copy (class, node, a PV already saved) — free;
+//! 2. `Provisioning` event, then build everything the request needs from that
+//!    copy: the request (pure), the VolumeAttributesClass, the topology, the
+//!    provisioner secret — any failure is shown on the claim and nothing is
+//!    written;
+//! 3. write the intent fenced on the copy's UID and resourceVersion
+//!    ([`intent::record`]): the one request that both makes the intent durable
+//!    and confirms the copy (a changed claim is read and step 2 repeated);
+//! 4. `CreateVolume`, classified by `csi::classify`;
+//! 5. save the PV; `AlreadyExists` is read and checked (DESIGN §2.3); a
+//!    failure is retried, never answered by deleting the volume (§2.4);
+//! 6. `ProvisioningSucceeded`. The intent leaves when the claim is bound
+//!    (`ReleaseIntent`), off the critical path.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use tracing::{debug, info};
+
+use super::abandon::delete_volume;
+use super::decide::{Gate, Work, gate, work_for};
+use super::error::{ClaimError, labels, report};
+use super::intent::{self, Confirmed};
+use crate::controller::topology::{self, TopologyError};
+use crate::controller::{Context, bound_claim_uid};
+use crate::csi::{CsiErrorClass, classify, pb};
+use crate::kube::{EventType, get_fresh, is_conflict};
+use crate::provision::{self, ClaimView, PreparedVolume, ProvisionError};
+
+/// How often a changed claim is re-read and re-decided within one attempt
+/// before the attempt is left to the next event.
+const CONFIRM_ROUNDS: usize = 3;
+
+pub async fn provision(
+    ctx: &Context,
+    cached: &PersistentVolumeClaim,
+) -> Result<Action, ClaimError> {
+    let view = ClaimView(cached);
+    let uid = view.uid();
+    let class = class_of(ctx, view).map_err(|e| report(ctx, cached, e))?;
+    if gate(view, &class, &ctx.driver.name) != Gate::Go {
+        return Ok(Action::await_change());
+    }
+    if let Some(wait) = ctx
+        .claims
+        .infeasible_wait(uid, class.metadata.uid.as_deref().unwrap_or_default())
+    {
+        return Ok(Action::requeue(wait));
+    }
+    if pv_known(ctx, view) {
+        // Saved already: binding is kube-controller-manager's step, and the
+        // intent leaves with it (`ReleaseIntent`).
+        debug!(claim = %view.key(), "its PV exists: waiting for the binder");
+        return Ok(Action::await_change());
+    }
+    ctx.claims.attempt_started(uid);
+    // As upstream: before every attempt, also one that then fails validation.
+    ctx.recorder.record(
+        cached,
+        EventType::Normal,
+        "Provisioning",
+        &format!(
+            "External provisioner is provisioning volume for claim \"{}\"",
+            view.key()
+        ),
+    );
+
+    let mut copy = cached.clone();
+    for _ in 0..CONFIRM_ROUNDS {
+        let (prepared, request) = prepare(ctx, &copy, &class).await?;
+        match intent::record(&ctx.client, &copy).await? {
+            Confirmed::Current(claim) => {
+                let volume = create_volume(ctx, &claim, &class, request).await?;
+                return save(ctx, &claim, &class, &prepared, volume).await;
+            }
+            Confirmed::Changed(fresh) => {
+                let still = ClaimView(&fresh);
+                if work_for(still, &ctx.driver.name) != Work::Provision
+                    || gate(still, &class, &ctx.driver.name) != Gate::Go
+                {
+                    debug!(claim = %view.key(), "no longer needs a volume from us");
+                    return Ok(Action::await_change());
+                }
+                copy = fresh;
+            }
+            Confirmed::Gone => return Ok(Action::await_change()),
+        }
+    }
+    // Changing faster than we can read it: the next event decides.
+    Ok(Action::requeue(Duration::from_secs(1)))
+}
+
+/// The claim's StorageClass, from the cache.
+fn class_of(ctx: &Context, claim: ClaimView) -> Result<Arc<StorageClass>, ClaimError> {
+    let name = claim.class().unwrap_or_default();
+    ctx.caches
+        .classes
+        .get(&ObjectRef::new(name))
+        .ok_or_else(|| ClaimError::StorageClassNotFound {
+            name: name.to_string(),
+        })
+}
+
+/// Whether the claim's PV is known to exist without a request: saved by this
+/// process, or in the PV cache bound to this claim (a PV once seen bound to
+/// the claim's UID did exist). "No PV" is never taken from the cache.
+fn pv_known(ctx: &Context, claim: ClaimView) -> bool {
+    if ctx.claims.pv_saved(claim.uid()) {
+        return true;
+    }
+    let Ok(name) = provision::volume_name(
+        &ctx.options.volume_name_prefix,
+        claim.uid(),
+        ctx.options.volume_name_uuid_length,
+    ) else {
+        return false;
+    };
+    ctx.caches
+        .volumes
+        .get(&ObjectRef::new(&name))
+        .is_some_and(|pv| bound_claim_uid(&pv) == Some(claim.uid()))
+}
+
+/// Everything the request needs, from `claim` as it is: the request itself
+/// (pure), the VolumeAttributesClass's parameters, the topology and the
+/// provisioner secret. Any failure is shown on the claim.
+pub(super) async fn prepare(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+    class: &StorageClass,
+) -> Result<(PreparedVolume, pb::CreateVolumeRequest), ClaimError> {
+    let fail = |e: ClaimError| report(ctx, claim, e);
+    let prepared =
+        provision::prepare(claim, class, &ctx.driver, &ctx.options).map_err(|e| fail(e.into()))?;
+    let mut request = prepared.request.clone();
+    if let Some(name) = ClaimView(claim).vac_name(&ctx.options) {
+        request.mutable_parameters = vac_parameters(ctx, name).await.map_err(fail)?;
+    }
+    request.accessibility_requirements = match topology::requirements(ctx, claim, class).await {
+        Ok(r) => r,
+        Err(TopologyError::SelectedNodeGone(node)) => {
+            // upstream #1438: a vanished node must not pin the claim forever.
+            let err = fail(ClaimError::Invalid(ProvisionError::Topology(format!(
+                "failed to get selected CSINode {node}: csinode.storage.k8s.io \"{node}\" not found"
+            ))));
+            reschedule(ctx, claim).await?;
+            return Err(err);
+        }
+        Err(TopologyError::Invalid(e)) => return Err(fail(e.into())),
+        Err(TopologyError::Kube(e)) => return Err(fail(ClaimError::ReadTopology(e))),
+    };
+    if let Some(r) = prepared.provisioner_secret() {
+        request.secrets = ctx.secret_data(r).await.map_err(|source| {
+            fail(ClaimError::GetSecret {
+                namespace: r.namespace.clone(),
+                name: r.name.clone(),
+                source,
+            })
+        })?;
+    }
+    Ok((prepared, request))
+}
+
+/// The parameters of the VolumeAttributesClass `name`, read from the API
+/// server as upstream does (the class may be newer than any cache). A class
+/// meant for another driver is refused.
+async fn vac_parameters(ctx: &Context, name: &str) -> Result<HashMap<String, String>, ClaimError> {
+    let api: Api<VolumeAttributesClass> = Api::all(ctx.client.clone());
+    let vac = api
+        .get(name)
+        .await
+        .map_err(|source| ClaimError::GetVolumeAttributesClass {
+            name: name.to_string(),
+            source,
+        })?;
+    if vac.driver_name != ctx.driver.name {
+        return Err(ProvisionError::VolumeAttributesClassOfAnotherDriver {
+            name: name.to_string(),
+            driver: vac.driver_name,
+            ours: ctx.driver.name.clone(),
+        }
+        .into());
+    }
+    Ok(vac.parameters.unwrap_or_default().into_iter().collect())
+}
+
+/// `CreateVolume` (unless this process has the answer already), with the
+/// error classification applied: infeasible claims wait, a reschedule drops
+/// the selected node. Every failure is shown on the claim.
+async fn create_volume(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+    class: &StorageClass,
+    request: pb::CreateVolumeRequest,
+) -> Result<pb::Volume, ClaimError> {
+    let view = ClaimView(claim);
+    if let Some(v) = ctx.claims.created(view.uid()) {
+        return Ok(v);
+    }
+    if !ctx.leader.is_leader() {
+        return Err(ClaimError::NotLeader);
+    }
+    match ctx.csi.create_volume(request).await {
+        Ok(resp) => match resp.volume.filter(|v| !v.volume_id.is_empty()) {
+            Some(volume) => {
+                ctx.claims.remember_created(view.uid(), &volume);
+                Ok(volume)
+            }
+            None => Err(report(ctx, claim, ProvisionError::EmptyVolumeId.into())),
+        },
+        Err(status) => {
+            let reschedulable =
+                ctx.driver.capabilities.accessibility_constraints && view.selected_node().is_some();
+            let class_of_error = classify(status.code(), reschedulable);
+            let err = report(
+                ctx,
+                claim,
+                ClaimError::create_volume(status, class_of_error),
+            );
+            match class_of_error {
+                CsiErrorClass::Infeasible => ctx.claims.mark_infeasible(
+                    view.uid(),
+                    class.metadata.uid.as_deref().unwrap_or_default(),
+                ),
+                CsiErrorClass::Reschedule => reschedule(ctx, claim).await?,
+                CsiErrorClass::InBackground | CsiErrorClass::Final => {}
+            }
+            Err(err)
+        }
+    }
+}
+
+/// `ResourceExhausted` on the selected node (or the node vanished): let the
+/// scheduler choose again.
+async fn reschedule(ctx: &Context, claim: &PersistentVolumeClaim) -> Result<(), ClaimError> {
+    let view = ClaimView(claim);
+    let body =
+        json!({"metadata": {"uid": view.uid(), "annotations": {view.selected_node_key(): null}}});
+    Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), view.namespace())
+        .patch(view.name(), &PatchParams::default(), &Patch::Merge(&body))
+        .await
+        .map_err(ClaimError::Reschedule)?;
+    Ok(())
+}
+
+/// Builds and saves the PV for `volume`, then reports success.
+async fn save(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+    class: &StorageClass,
+    prepared: &PreparedVolume,
+    volume: pb::Volume,
+) -> Result<Action, ClaimError> {
+    let view = ClaimView(claim);
+    let handle = volume.volume_id.clone();
+    let response = pb::CreateVolumeResponse {
+        volume: Some(volume),
+    };
+    let pv = match provision::build_pv(prepared, claim, class, &response, &ctx.driver, &ctx.options)
+    {
+        Ok(pv) => pv,
+        Err(e @ ProvisionError::VolumeTooSmall { .. }) => {
+            // The driver broke its contract; the volume is useless to this
+            // claim and no PV points to it (upstream deletes it too).
+            let cleanup = delete_volume(ctx, prepared.provisioner_secret(), &handle).await;
+            ctx.claims.forget_created(view.uid());
+            let err = match cleanup {
+                Ok(()) => ClaimError::Invalid(e),
+                Err(c) => ClaimError::Orphaned {
+                    error: e,
+                    pv: prepared.pv_name.clone(),
+                    cleanup: Box::new(c),
+                },
+            };
+            return Err(report(ctx, claim, err));
+        }
+        Err(e) => return Err(report(ctx, claim, e.into())),
+    };
+    save_pv(ctx, claim, pv).await?;
+    ctx.claims.mark_pv_saved(view.uid());
+    let labels = labels(claim);
+    ctx.metrics.provision_total.get_or_create(&labels).inc();
+    if let Some(took) = ctx.claims.take_started(view.uid()) {
+        ctx.metrics
+            .provision_duration
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+    }
+    info!(claim = %view.key(), pv = %prepared.pv_name, "provisioned");
+    // Upstream finds no claim to report on when it was deleted meanwhile;
+    // ours is still there (Terminating, held by the intent): say nothing either.
+    if !deleted_since(ctx, view) {
+        ctx.recorder.record(
+            claim,
+            EventType::Normal,
+            "ProvisioningSucceeded",
+            &format!("Successfully provisioned volume {}", prepared.pv_name),
+        );
+    }
+    Ok(Action::await_change())
+}
+
+/// Whether the claims cache shows this claim deleted (after our fenced write).
+fn deleted_since(ctx: &Context, claim: ClaimView) -> bool {
+    ctx.caches
+        .claims
+        .get(&ObjectRef::new(claim.name()).within(claim.namespace()))
+        .is_some_and(|c| ClaimView(&c.0).uid() == claim.uid() && ClaimView(&c.0).is_deleting())
+}
+
+/// Saves the PV. `AlreadyExists` is an answer, not a failure (DESIGN §2.3):
+/// ours if its claimRef is this claim. Any other failure is retried by the
+/// error policy; the backend volume is never deleted because Kubernetes said
+/// no (DESIGN §2.4), and, as upstream, a failed save shows no event.
+async fn save_pv(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+    pv: PersistentVolume,
+) -> Result<(), ClaimError> {
+    let name = pv.name_any();
+    let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
+    let source = match api.create(&PostParams::default(), &pv).await {
+        Ok(_) => return Ok(()),
+        Err(e) if is_conflict(&e) => e,
+        Err(source) => return Err(report(ctx, claim, ClaimError::SavePv { name, source })),
+    };
+    let existing = get_fresh(&ctx.pv_api(), &name)
+        .await
+        .map_err(|source| ClaimError::Read {
+            what: "PersistentVolume",
+            source,
+        })?;
+    let Some(existing) = existing else {
+        // Deleted between our create and our read: try again.
+        return Err(ClaimError::SavePv { name, source });
+    };
+    match bound_claim_uid(&existing) {
+        Some(uid) if uid == ClaimView(claim).uid() => Ok(()),
+        other => Err(report(
+            ctx,
+            claim,
+            ClaimError::PvOfAnotherClaim {
+                name,
+                other: other.unwrap_or_default().to_string(),
+            },
+        )),
+    }
+}

@@ -1,0 +1,284 @@
+//! Every way a step of the claim path can fail, and what each failure means:
+//! the event it shows (reason, type, text as upstream writes it), whether it is
+//! final, whether it counts as a failed provisioning, and a bounded label for
+//! logs. [`report`] is the one place that turns a failure into an event and a
+//! metric.
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use tonic::Status;
+
+use crate::controller::Context;
+use crate::csi::{CsiErrorClass, code_name};
+use crate::kube::{EventType, api_message};
+use crate::metrics::ClaimLabels;
+use crate::provision::{ClaimView, ProvisionError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    /// The claim's class is not (yet) in the cache. Upstream shows no event.
+    #[error("storageclass.storage.k8s.io {name:?} not found")]
+    StorageClassNotFound { name: String },
+    /// The request cannot be built from the claim and its class.
+    #[error(transparent)]
+    Invalid(#[from] ProvisionError),
+    #[error("error getting secret {name} in namespace {namespace}: {}", api_message(.source))]
+    GetSecret {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("failed to get VolumeAttributesClass {name}: {}", api_message(.source))]
+    GetVolumeAttributesClass {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// Reading the selected node's CSINode/Node or the cluster's nodes.
+    #[error("error generating accessibility requirements: {}", api_message(.0))]
+    ReadTopology(#[source] kube::Error),
+    /// The fenced write of the intent (or the read after a conflict) failed.
+    #[error("failed to record the provisioning intent: {}", api_message(.0))]
+    RecordIntent(#[source] kube::Error),
+    #[error("rpc error: code = {} desc = {}", code_name(.status.code()), .status.message())]
+    CreateVolume {
+        status: Status,
+        class: CsiErrorClass,
+    },
+    #[error("error saving PersistentVolume {name}: {}", api_message(.source))]
+    SavePv {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// The driver made a smaller volume than asked, and deleting it failed.
+    #[error("{error}. Cleanup of volume {pv} failed, volume is orphaned: {cleanup}")]
+    Orphaned {
+        error: ProvisionError,
+        pv: String,
+        cleanup: Box<ClaimError>,
+    },
+    /// A PV under our deterministic name belongs to another claim.
+    #[error("PersistentVolume {name} exists but is bound to another claim ({other})")]
+    PvOfAnotherClaim { name: String, other: String },
+    /// Removing the selected node after `ResourceExhausted` failed.
+    #[error("failed to reschedule: {}", api_message(.0))]
+    Reschedule(#[source] kube::Error),
+    /// Reading the PV or the claim while cleaning up after a deleted claim.
+    #[error("failed to read {what}: {}", api_message(.source))]
+    Read {
+        what: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("failed to record the handle of abandoned volume {handle}: {}", api_message(.source))]
+    RecordHandle {
+        handle: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("failed to release the provisioning intent: {}", api_message(.0))]
+    ReleaseIntent(#[source] kube::Error),
+    #[error("failed to delete volume {handle}: rpc error: code = {} desc = {}", code_name(.status.code()), .status.message())]
+    DeleteVolume { handle: String, status: Status },
+    /// The driver answers `AlreadyExists` for the deleted claim's name: the
+    /// volume's handle cannot be learned, so the claim is kept, not leaked.
+    #[error("cannot clean up the volume of deleted claim: {0}")]
+    CleanupBlocked(String),
+    #[error("not the leader: not acting")]
+    NotLeader,
+}
+
+impl ClaimError {
+    pub fn create_volume(status: Status, class: CsiErrorClass) -> ClaimError {
+        ClaimError::CreateVolume { status, class }
+    }
+
+    /// The event this failure shows on the claim: type and reason. `None`:
+    /// only logged (upstream shows nothing for these either, or they are steps
+    /// of ours that a retry repeats without the user having to act).
+    pub fn event(&self) -> Option<(EventType, &'static str)> {
+        use ClaimError::*;
+        match self {
+            Invalid(_)
+            | GetSecret { .. }
+            | GetVolumeAttributesClass { .. }
+            | ReadTopology(_)
+            | CreateVolume { .. }
+            | Orphaned { .. }
+            | PvOfAnotherClaim { .. } => Some((EventType::Warning, "ProvisioningFailed")),
+            CleanupBlocked(_) | DeleteVolume { .. } => {
+                Some((EventType::Warning, "ProvisioningCleanupFailed"))
+            }
+            // Upstream retries a failed PV save in the background and says
+            // nothing on the claim; so do we.
+            StorageClassNotFound { .. }
+            | SavePv { .. }
+            | RecordIntent(_)
+            | Reschedule(_)
+            | Read { .. }
+            | RecordHandle { .. }
+            | ReleaseIntent(_)
+            | NotLeader => None,
+        }
+    }
+
+    /// The event's text, as upstream writes it.
+    pub fn message(&self) -> String {
+        match self {
+            ClaimError::CreateVolume {
+                class: CsiErrorClass::Infeasible,
+                ..
+            } => format!(
+                "Volume provisioning failed with infeasible error. Retries will be delayed. {self}"
+            ),
+            _ => self.to_string(),
+        }
+    }
+
+    /// Whether retrying the same thing, with nothing else changed, cannot help:
+    /// the claim or its class must change first (or, for an infeasible
+    /// request, a long time pass).
+    pub fn is_final(&self) -> bool {
+        use ClaimError::*;
+        match self {
+            Invalid(_) | Orphaned { .. } | PvOfAnotherClaim { .. } | CleanupBlocked(_) => true,
+            CreateVolume { class, .. } => {
+                matches!(class, CsiErrorClass::Final | CsiErrorClass::Infeasible)
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether this counts in `controller_persistentvolumeclaim_provision_failed_total`.
+    pub fn counts_as_failure(&self) -> bool {
+        !matches!(self, ClaimError::NotLeader | ClaimError::ReleaseIntent(_))
+    }
+
+    /// A bounded name for logs.
+    pub fn label(&self) -> &'static str {
+        use ClaimError::*;
+        match self {
+            StorageClassNotFound { .. } => "storage_class_not_found",
+            Invalid(_) => "invalid",
+            GetSecret { .. } => "get_secret",
+            GetVolumeAttributesClass { .. } => "get_volume_attributes_class",
+            ReadTopology(_) => "read_topology",
+            RecordIntent(_) => "record_intent",
+            CreateVolume { .. } => "create_volume",
+            SavePv { .. } => "save_pv",
+            Orphaned { .. } => "orphaned",
+            PvOfAnotherClaim { .. } => "pv_of_another_claim",
+            Reschedule(_) => "reschedule",
+            Read { .. } => "read",
+            RecordHandle { .. } => "record_handle",
+            ReleaseIntent(_) => "release_intent",
+            DeleteVolume { .. } => "delete_volume",
+            CleanupBlocked(_) => "cleanup_blocked",
+            NotLeader => "not_leader",
+        }
+    }
+}
+
+/// The metric labels of a claim (upstream: `class`, `source`).
+pub fn labels(claim: &PersistentVolumeClaim) -> ClaimLabels {
+    ClaimLabels {
+        class: ClaimView(claim).class().unwrap_or_default().to_string(),
+        source: String::new(),
+    }
+}
+
+/// Shows a failure on the claim (event, failure metric) and returns it for
+/// the error policy. The one place that does.
+pub fn report(ctx: &Context, claim: &PersistentVolumeClaim, err: ClaimError) -> ClaimError {
+    if err.counts_as_failure() {
+        ctx.metrics
+            .provision_failed_total
+            .get_or_create(&labels(claim))
+            .inc();
+    }
+    if let Some((kind, reason)) = err.event() {
+        ctx.recorder.record(claim, kind, reason, &err.message());
+    }
+    err
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::Code;
+
+    fn api(code: u16, message: &str) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure(message, "NotFound")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn each_failure_knows_its_event_and_text() {
+        use EventType::*;
+        // (failure, event, its text, final)
+        type Row = (ClaimError, Option<(EventType, &'static str)>, &'static str, bool);
+        let cases: Vec<Row> = vec![
+            (
+                ClaimError::GetSecret {
+                    namespace: "ns".into(),
+                    name: "s".into(),
+                    source: api(404, "secrets \"s\" not found"),
+                },
+                Some((Warning, "ProvisioningFailed")),
+                "error getting secret s in namespace ns: secrets \"s\" not found",
+                false,
+            ),
+            (
+                ClaimError::create_volume(
+                    Status::new(Code::InvalidArgument, "bad"),
+                    CsiErrorClass::Infeasible,
+                ),
+                Some((Warning, "ProvisioningFailed")),
+                "Volume provisioning failed with infeasible error. Retries will be delayed. rpc error: code = InvalidArgument desc = bad",
+                true,
+            ),
+            (
+                ClaimError::create_volume(
+                    Status::new(Code::DeadlineExceeded, "slow"),
+                    CsiErrorClass::InBackground,
+                ),
+                Some((Warning, "ProvisioningFailed")),
+                "rpc error: code = DeadlineExceeded desc = slow",
+                false,
+            ),
+            (
+                ClaimError::StorageClassNotFound { name: "c".into() },
+                None,
+                "storageclass.storage.k8s.io \"c\" not found",
+                false,
+            ),
+            (
+                ClaimError::Invalid(ProvisionError::SelectorNotSupported),
+                Some((Warning, "ProvisioningFailed")),
+                "claim Selector is not supported",
+                true,
+            ),
+            (
+                ClaimError::NotLeader,
+                None,
+                "not the leader: not acting",
+                false,
+            ),
+        ];
+        for (err, event, text, fin) in cases {
+            assert_eq!(err.event(), event, "{err:?}");
+            assert_eq!(err.message(), text);
+            assert_eq!(err.is_final(), fin, "{err:?}");
+        }
+    }
+
+    #[test]
+    fn only_acts_count_as_failures() {
+        assert!(!ClaimError::NotLeader.counts_as_failure());
+        assert!(ClaimError::StorageClassNotFound { name: "c".into() }.counts_as_failure());
+    }
+}

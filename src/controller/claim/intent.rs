@@ -1,0 +1,194 @@
+//! The durable intent to provision (DESIGN §2.5) and the authoritative check
+//! before `CreateVolume` (DESIGN §2.2), in one request: the intent finalizer is
+//! written with the claim's UID *and* the resourceVersion the decision was
+//! taken on as preconditions. The API server accepts it only if the copy we
+//! decided on is the claim as it is now; a stale copy gets a conflict, a claim
+//! being deleted refuses a new finalizer, a re-created claim fails the UID. So
+//! a success both makes the intent durable and confirms every field the
+//! request was built from, and no other read is needed.
+//!
+//! The write is made on every attempt, also when the cached copy already shows
+//! the intent: that copy may be stale, and only the API server can say.
+//!
+//! Releasing the intent once the claim is bound is off the critical path: it
+//! is queued to a background task that writes through the background lane of
+//! the rate limiter, so it never takes a token that provisioning is waiting
+//! for. Nothing is lost if the process dies with releases queued: a bound
+//! claim that still holds the intent is `ReleaseIntent` work again at the next
+//! start. With deploy/kubernetes/release-intent-policy.yaml installed, the
+//! binder's own update drops the intent and no release is needed at all.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::json;
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+use super::error::ClaimError;
+use super::memory::ClaimMemory;
+use crate::keys;
+use crate::kube::{get_fresh, is_conflict, is_invalid, is_not_found, remove_finalizer};
+use crate::provision::ClaimView;
+
+/// What the API server said about the copy of the claim we decided on.
+#[derive(Debug)]
+pub enum Confirmed {
+    /// It is the claim as it is now, and the intent is recorded on it.
+    Current(PersistentVolumeClaim),
+    /// The claim changed since: here it is as it is now (nothing written).
+    Changed(PersistentVolumeClaim),
+    /// Gone, re-created under the same name, or being deleted without our
+    /// intent: nothing of ours to do with this copy.
+    Gone,
+}
+
+/// Writes the intent on `cached`, fenced on its UID and resourceVersion.
+pub async fn record(
+    client: &Client,
+    cached: &PersistentVolumeClaim,
+) -> Result<Confirmed, ClaimError> {
+    let view = ClaimView(cached);
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), view.namespace());
+    let body = json!({"metadata": {
+        "uid": view.uid(),
+        "resourceVersion": view.resource_version(),
+        "finalizers": [keys::FINALIZER_PVC_INTENT],
+    }});
+    match api
+        .patch(
+            view.name(),
+            &PatchParams::default(),
+            &Patch::Strategic(&body),
+        )
+        .await
+    {
+        // A write fenced on the resourceVersion succeeded: `cached` was
+        // current. When the intent was already there the patch changes
+        // nothing and is not written; its answer is then the claim as it is,
+        // which must be the very version we decided on.
+        Ok(fresh)
+            if view.holds_intent()
+                && ClaimView(&fresh).resource_version() != view.resource_version() =>
+        {
+            Ok(Confirmed::Changed(fresh))
+        }
+        Ok(fresh) => Ok(Confirmed::Current(fresh)),
+        Err(e) if is_conflict(&e) => {
+            debug!(claim = %view.key(), "changed since the cache saw it: reading it");
+            match get_fresh(&api, view.name())
+                .await
+                .map_err(ClaimError::RecordIntent)?
+            {
+                Some(fresh) if ClaimView(&fresh).uid() == view.uid() => {
+                    Ok(Confirmed::Changed(fresh))
+                }
+                _ => Ok(Confirmed::Gone),
+            }
+        }
+        // Re-created (UID), or being deleted (no new finalizers then).
+        Err(e) if is_invalid(&e) || is_not_found(&e) => {
+            debug!(claim = %view.key(), error = %e, "gone or going");
+            Ok(Confirmed::Gone)
+        }
+        Err(e) => Err(ClaimError::RecordIntent(e)),
+    }
+}
+
+/// A claim whose intent is to be released.
+struct Release {
+    namespace: String,
+    name: String,
+    uid: String,
+}
+
+/// Queues intent releases and works them off in the background.
+pub struct IntentReleaser {
+    queue: mpsc::UnboundedSender<Release>,
+    /// UIDs queued and not yet released, so a claim is queued once.
+    pending: Arc<Mutex<HashSet<String>>>,
+}
+
+/// How many releases are written at once (each a request of the background lane).
+const CONCURRENCY: usize = 8;
+const RETRY: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(60);
+
+impl IntentReleaser {
+    /// Starts the worker on the current runtime. `client` should be the
+    /// background lane's.
+    pub fn start(client: Client, memory: Arc<ClaimMemory>) -> IntentReleaser {
+        let (queue, rx) = mpsc::unbounded_channel();
+        let pending: Arc<Mutex<HashSet<String>>> = Arc::default();
+        let releaser = IntentReleaser {
+            queue: queue.clone(),
+            pending: pending.clone(),
+        };
+        let stream = tokio_stream_from(rx);
+        tokio::spawn(stream.for_each_concurrent(CONCURRENCY, move |r: Release| {
+            let (client, memory, pending, queue) =
+                (client.clone(), memory.clone(), pending.clone(), queue.clone());
+            async move {
+                match release(&client, &r).await {
+                    Ok(()) => {
+                        memory.mark_intent_released(&r.uid);
+                        pending.lock().expect("poisoned").remove(&r.uid);
+                    }
+                    Err(e) => {
+                        warn!(claim = %format!("{}/{}", r.namespace, r.name), error = %e, "releasing the intent failed; will retry");
+                        // Retried in the background; the attempts count is
+                        // not kept (a retry costs one background request).
+                        tokio::spawn(async move {
+                            tokio::time::sleep(RETRY.min(RETRY_MAX)).await;
+                            let _ = queue.send(r);
+                        });
+                    }
+                }
+            }
+        }));
+        releaser
+    }
+
+    /// Queues the release of `claim`'s intent, once.
+    pub fn request(&self, claim: &PersistentVolumeClaim) {
+        let view = ClaimView(claim);
+        if !self
+            .pending
+            .lock()
+            .expect("poisoned")
+            .insert(view.uid().to_string())
+        {
+            return;
+        }
+        let _ = self.queue.send(Release {
+            namespace: view.namespace().to_string(),
+            name: view.name().to_string(),
+            uid: view.uid().to_string(),
+        });
+    }
+}
+
+fn tokio_stream_from<T: Send + 'static>(
+    mut rx: mpsc::UnboundedReceiver<T>,
+) -> impl futures::Stream<Item = T> + Send {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+/// Removes the intent (UID-fenced; a claim without it or gone is fine).
+async fn release(client: &Client, r: &Release) -> Result<(), kube::Error> {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &r.namespace);
+    let mut claim = PersistentVolumeClaim::default();
+    claim.metadata.name = Some(r.name.clone());
+    claim.metadata.uid = Some(r.uid.clone());
+    match remove_finalizer(&api, &claim, keys::FINALIZER_PVC_INTENT).await {
+        Ok(_) => Ok(()),
+        // The name belongs to another claim now: ours is gone.
+        Err(e) if is_invalid(&e) => Ok(()),
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,77 @@
+//! The claim path: a PVC that asks for our driver gets one backend volume and
+//! one PV, exactly once, even under stale caches, crashes and deletion races.
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`decide`] | what a claim needs (pure): provision, abandon, release the intent, nothing |
+//! | [`create`] | the create sequence (DESIGN §2.1–2.4, §2.7) |
+//! | [`intent`] | the durable intent and the authoritative check in one fenced write (§2.2, §2.5); its release |
+//! | [`abandon`] | the cleanup of a claim deleted mid-flight (§2.5); the one `DeleteVolume` of the claim path |
+//! | [`error`] | every failure, its event and metric; the one reporter |
+//! | [`memory`] | what the process remembers per claim UID, forgotten in one place |
+
+mod abandon;
+mod create;
+pub mod decide;
+pub mod error;
+pub mod intent;
+pub mod memory;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use kube::runtime::controller::Action;
+use kube::runtime::watcher;
+use tracing::{debug, warn};
+
+pub use decide::trim;
+pub use error::ClaimError;
+pub use intent::IntentReleaser;
+pub use memory::ClaimMemory;
+
+use super::Context;
+use crate::kube::slim::Claim;
+use crate::provision::ClaimView;
+use decide::{Work, work_for};
+
+pub async fn reconcile(claim: Arc<Claim>, ctx: Arc<Context>) -> Result<Action, ClaimError> {
+    let claim = &claim.0;
+    let view = ClaimView(claim);
+    let action = match work_for(view, &ctx.driver.name) {
+        Work::Nothing => {
+            ctx.claims.forget(view.uid());
+            Action::await_change()
+        }
+        Work::ReleaseIntent => {
+            if !ctx.claims.intent_released(view.uid()) {
+                ctx.intents.request(claim);
+            }
+            Action::await_change()
+        }
+        Work::Abandon => abandon::abandon(&ctx, claim).await?,
+        Work::Provision => create::provision(&ctx, claim).await?,
+    };
+    ctx.claims.succeeded(view.uid());
+    Ok(action)
+}
+
+/// Requeues a failed claim with per-claim exponential backoff.
+pub fn error_policy(claim: Arc<Claim>, err: &ClaimError, ctx: Arc<Context>) -> Action {
+    let view = ClaimView(&claim.0);
+    let delay = ctx.claims.next_delay(view.uid());
+    match err {
+        ClaimError::NotLeader => debug!(claim = %view.key(), "not leader"),
+        _ => {
+            warn!(claim = %view.key(), error = %err, kind = err.label(), final_error = err.is_final(), retry_in = ?delay, "provisioning failed")
+        }
+    }
+    Action::requeue(delay)
+}
+
+/// Forgets a claim the watch says is gone (the reconciler never hears of it).
+pub fn forget_deleted(memory: &ClaimMemory, event: &watcher::Event<Claim>) {
+    if let watcher::Event::Delete(Claim(claim)) = event {
+        memory.forget(ClaimView(claim).uid());
+    }
+}

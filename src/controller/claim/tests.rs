@@ -1,0 +1,903 @@
+//! The create and abandon sequences, in-process and in seconds: the API
+//! server is a script (each expected request and its answer: 200, 404, 409,
+//! 422, 500, or a response that never arrives), the CSI driver is the real
+//! test driver on a unix socket. Each row says, for one answer at one step,
+//! which requests follow and what the backend holds in the end. The
+//! end-to-end invariant tests (tests/invariants.rs) prove the same on a real
+//! control plane; these prove every branch of the sequences.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::Parser;
+use csi_test_driver::control::{Client as DriverControl, Fault};
+use csi_test_driver::{Args as DriverArgs, GrpcCode};
+use http_body_util::BodyExt;
+use hyper::body::Bytes;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::runtime::{reflector, watcher};
+use serde_json::{Value, json};
+
+use super::decide::fixtures::{ClaimFixture, DRIVER, class};
+use super::{ClaimError, ClaimMemory, IntentReleaser, abandon, create};
+use crate::controller::{Backoff, Caches, Context, VolumeMemory};
+use crate::csi::{CsiClient, DriverCapabilities};
+use crate::keys;
+use crate::kube::slim::{Claim, Pv};
+use crate::kube::{EventRecorder, LeaderGate};
+use crate::metrics::Metrics;
+use crate::provision::{ClaimView, DriverInfo, ProvisionOptions, volume_name};
+
+/// An answer of the scripted API server.
+#[derive(Clone)]
+enum Reply {
+    /// 200/201 with this object.
+    Object(Value),
+    /// A failure status: 404, 409, 422, 500.
+    Status(u16),
+    /// No answer reaches the client: a timeout, or a lost response (the
+    /// request may have been applied; the row's next step says whether).
+    Lost,
+}
+
+/// One expected request (`"PATCH persistentvolumeclaims/data"`) and its answer.
+type Step = (&'static str, Reply);
+
+#[derive(Default)]
+struct Script {
+    steps: VecDeque<Step>,
+    /// Every request other than events, as `METHOD resource[/name]`.
+    seen: Vec<String>,
+    /// Bodies of the requests in `seen`.
+    bodies: Vec<Value>,
+    /// Events sent: (reason, message).
+    events: Vec<(String, String)>,
+    /// Requests the script did not expect.
+    unexpected: Vec<String>,
+}
+
+/// `/api/v1/namespaces/ns/persistentvolumeclaims/data` → `persistentvolumeclaims/data`.
+fn resource_of(path: &str) -> String {
+    let rest = path
+        .split_once("/v1/")
+        .map(|(_, r)| r)
+        .unwrap_or(path)
+        .split('?')
+        .next()
+        .unwrap_or_default();
+    let parts: Vec<&str> = rest.split('/').collect();
+    let parts = if parts.first() == Some(&"namespaces") && parts.len() > 2 {
+        &parts[2..]
+    } else {
+        &parts[..]
+    };
+    parts.join("/")
+}
+
+fn api(script: Arc<Mutex<Script>>) -> kube::Client {
+    let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let script = script.clone();
+        async move {
+            let method = req.method().to_string();
+            let resource = resource_of(req.uri().path());
+            let body = req.into_body().collect().await?.to_bytes();
+            let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let reply = {
+                let mut s = script.lock().unwrap();
+                if resource.starts_with("events") {
+                    s.events.push((
+                        body["reason"].as_str().unwrap_or_default().to_string(),
+                        body["message"].as_str().unwrap_or_default().to_string(),
+                    ));
+                    Reply::Object(body.clone())
+                } else {
+                    let key = format!("{method} {resource}");
+                    s.seen.push(key.clone());
+                    s.bodies.push(body.clone());
+                    match s.steps.pop_front() {
+                        Some((want, reply)) if want == key => reply,
+                        _ => {
+                            s.unexpected.push(key);
+                            Reply::Status(500)
+                        }
+                    }
+                }
+            };
+            let (code, out) = match reply {
+                Reply::Object(v) => (200, v),
+                Reply::Status(code) => (
+                    code,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                           "message": format!("scripted {code}"), "reason": "Scripted", "code": code}),
+                ),
+                Reply::Lost => {
+                    return Err::<http::Response<http_body_util::Full<Bytes>>, tower::BoxError>(
+                        "connection reset by peer".into(),
+                    );
+                }
+            };
+            Ok(http::Response::builder()
+                .status(code)
+                .header("content-type", "application/json")
+                .body(http_body_util::Full::new(Bytes::from(out.to_string())))
+                .unwrap())
+        }
+    });
+    kube::Client::new(service, "default")
+}
+
+/// A context whose API server is `script` and whose driver is a fresh test
+/// driver; returns the driver's control client too.
+struct Rig {
+    ctx: Context,
+    script: Arc<Mutex<Script>>,
+    driver: DriverControl,
+    _dir: tempfile::TempDir,
+}
+
+const UID: &str = "11111111-2222-3333-4444-555555555555";
+
+fn pv_name() -> String {
+    volume_name("pvc", UID, -1).unwrap()
+}
+
+impl Rig {
+    async fn new(steps: Vec<Step>, caps: DriverCapabilities) -> Rig {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("csi.sock");
+        let control = dir.path().join("control.sock");
+        let args = DriverArgs::parse_from([
+            "csi-test-driver".to_string(),
+            format!("--endpoint=unix://{}", socket.display()),
+            format!("--control={}", control.display()),
+            format!("--state-dir={}", dir.path().join("state").display()),
+            format!("--drivername={DRIVER}"),
+        ]);
+        tokio::spawn(async move { csi_test_driver::run(args).await.map_err(|e| e.to_string()) });
+        let driver = DriverControl::connect_with_timeout(&control, Duration::from_secs(10))
+            .await
+            .unwrap();
+        let metrics = Arc::new(Metrics::unregistered());
+        let csi = CsiClient::connect(
+            &socket,
+            Duration::from_secs(5),
+            Duration::from_secs(5),
+            metrics.clone(),
+        )
+        .await
+        .unwrap();
+        let script = Arc::new(Mutex::new(Script {
+            steps: steps.into(),
+            ..Default::default()
+        }));
+        let client = api(script.clone());
+        let (classes, mut writer) = reflector::store();
+        writer.apply_watcher_event(&watcher::Event::Apply(class(DRIVER, "Immediate")));
+        let (volumes, _) = reflector::store::<Pv>();
+        let (claims, _) = reflector::store::<Claim>();
+        let memory = Arc::new(ClaimMemory::new(
+            Duration::from_secs(1),
+            Duration::from_secs(300),
+        ));
+        let ctx = Context {
+            client: client.clone(),
+            csi,
+            driver: DriverInfo {
+                name: DRIVER.into(),
+                identity: "id".into(),
+                capabilities: caps,
+            },
+            options: ProvisionOptions::default(),
+            recorder: EventRecorder::new(client.clone(), "test", ""),
+            metrics,
+            leader: LeaderGate::always(),
+            caches: Caches {
+                classes,
+                volumes,
+                claims,
+            },
+            claims: memory.clone(),
+            intents: IntentReleaser::start(client, memory),
+            volumes: VolumeMemory {
+                backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
+                deleted: Default::default(),
+            },
+        };
+        Rig {
+            ctx,
+            script,
+            driver,
+            _dir: dir,
+        }
+    }
+
+    async fn basic(steps: Vec<Step>) -> Rig {
+        Rig::new(
+            steps,
+            DriverCapabilities {
+                controller_service: true,
+                create_delete_volume: true,
+                ..Default::default()
+            },
+        )
+        .await
+    }
+
+    async fn provision(&self, claim: &PersistentVolumeClaim) -> Result<(), ClaimError> {
+        let r = create::provision(&self.ctx, claim).await.map(|_| ());
+        self.ctx.recorder.flush(Duration::from_secs(5)).await;
+        r
+    }
+
+    async fn abandon(&self, claim: &PersistentVolumeClaim) -> Result<(), ClaimError> {
+        let r = abandon::abandon(&self.ctx, claim).await.map(|_| ());
+        self.ctx.recorder.flush(Duration::from_secs(5)).await;
+        r
+    }
+
+    fn then(&self, steps: Vec<Step>) {
+        self.script.lock().unwrap().steps.extend(steps);
+    }
+
+    fn seen(&self) -> Vec<String> {
+        self.script.lock().unwrap().seen.clone()
+    }
+
+    fn body(&self, i: usize) -> Value {
+        self.script.lock().unwrap().bodies[i].clone()
+    }
+
+    fn reasons(&self) -> Vec<String> {
+        self.script
+            .lock()
+            .unwrap()
+            .events
+            .iter()
+            .map(|e| e.0.clone())
+            .collect()
+    }
+
+    fn messages(&self) -> Vec<String> {
+        self.script
+            .lock()
+            .unwrap()
+            .events
+            .iter()
+            .map(|e| e.1.clone())
+            .collect()
+    }
+
+    fn assert_script_done(&self) {
+        let s = self.script.lock().unwrap();
+        assert!(
+            s.unexpected.is_empty(),
+            "unexpected requests {:?} (seen {:?})",
+            s.unexpected,
+            s.seen
+        );
+        assert!(
+            s.steps.is_empty(),
+            "requests never made: {:?}",
+            s.steps.iter().map(|s| s.0).collect::<Vec<_>>()
+        );
+    }
+
+    /// Volumes the driver holds, and its CreateVolume/DeleteVolume call counts.
+    async fn backend(&self) -> (usize, u64, u64) {
+        let l = self.driver.ledger().await.unwrap();
+        (
+            l.volumes.len(),
+            l.calls.get("CreateVolume").copied().unwrap_or(0),
+            l.calls.get("DeleteVolume").copied().unwrap_or(0),
+        )
+    }
+}
+
+const PATCH_CLAIM: &str = "PATCH persistentvolumeclaims/data";
+const GET_CLAIM: &str = "GET persistentvolumeclaims/data";
+
+fn post_pv() -> &'static str {
+    "POST persistentvolumes"
+}
+
+fn get_pv() -> &'static str {
+    // The PV name is fixed by the fixture's UID.
+    Box::leak(format!("GET persistentvolumes/{}", pv_name()).into_boxed_str())
+}
+
+/// The claim as the API server answers a write on it.
+fn answer(c: &PersistentVolumeClaim, rv: &str) -> Reply {
+    let mut c = c.clone();
+    c.metadata.resource_version = Some(rv.into());
+    let f = c.metadata.finalizers.get_or_insert_default();
+    if !f.iter().any(|x| x == keys::FINALIZER_PVC_INTENT) {
+        f.push(keys::FINALIZER_PVC_INTENT.into());
+    }
+    Reply::Object(serde_json::to_value(c).unwrap())
+}
+
+fn claim_object(c: &PersistentVolumeClaim) -> Reply {
+    Reply::Object(serde_json::to_value(c).unwrap())
+}
+
+fn pv_bound_to(uid: &str) -> Reply {
+    Reply::Object(json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": pv_name(), "uid": "pv-uid", "resourceVersion": "9"},
+        "spec": {"claimRef": {"name": "data", "namespace": "team-a", "uid": uid},
+                 "csi": {"driver": DRIVER, "volumeHandle": "h"}}
+    }))
+}
+
+fn created_pv() -> Reply {
+    pv_bound_to(UID)
+}
+
+fn claim() -> PersistentVolumeClaim {
+    ClaimFixture::ours().0
+}
+
+#[tokio::test]
+async fn a_claim_costs_the_fenced_intent_and_the_pv_and_nothing_else() {
+    let c = claim();
+    let rig = Rig::basic(vec![
+        (PATCH_CLAIM, answer(&c, "8")),
+        (post_pv(), created_pv()),
+    ])
+    .await;
+    rig.provision(&c).await.unwrap();
+    rig.assert_script_done();
+    // The intent write is fenced on the UID and the resourceVersion decided on.
+    let fence = &rig.body(0)["metadata"];
+    assert_eq!(fence["uid"], UID);
+    assert_eq!(fence["resourceVersion"], "7");
+    assert_eq!(fence["finalizers"], json!([keys::FINALIZER_PVC_INTENT]));
+    assert_eq!(rig.reasons(), ["Provisioning", "ProvisioningSucceeded"]);
+    assert_eq!(rig.backend().await, (1, 1, 0));
+}
+
+#[tokio::test]
+async fn the_fenced_write_is_made_even_when_the_cached_copy_shows_the_intent() {
+    let c = ClaimFixture::ours().intent().0;
+    let rig = Rig::basic(vec![
+        // A no-op write answers the claim unchanged: the same version.
+        (PATCH_CLAIM, answer(&c, "7")),
+        (post_pv(), created_pv()),
+    ])
+    .await;
+    rig.provision(&c).await.unwrap();
+    rig.assert_script_done();
+    assert_eq!(rig.backend().await, (1, 1, 0));
+}
+
+#[tokio::test]
+async fn a_cached_copy_with_the_intent_but_an_older_version_is_read_again() {
+    let c = ClaimFixture::ours().intent().0;
+    let fresh = {
+        let mut f = c.clone();
+        f.metadata.resource_version = Some("9".into());
+        f
+    };
+    let rig = Rig::basic(vec![
+        // The intent was there already, so nothing was written, and the
+        // answer is a newer version than the one decided on: decide again.
+        (PATCH_CLAIM, answer(&c, "9")),
+        (PATCH_CLAIM, answer(&fresh, "9")),
+        (post_pv(), created_pv()),
+    ])
+    .await;
+    rig.provision(&c).await.unwrap();
+    rig.assert_script_done();
+    assert_eq!(rig.body(1)["metadata"]["resourceVersion"], "9");
+    assert_eq!(rig.backend().await, (1, 1, 0));
+}
+
+/// Each answer to the intent write, and what follows it.
+#[tokio::test]
+async fn every_answer_to_the_intent_write() {
+    let c = claim();
+    let bound = ClaimFixture::ours().bound().0;
+    let mut newer = c.clone();
+    newer.metadata.resource_version = Some("8".into());
+    // (answer, then, CreateVolume calls, ok, what)
+    let rows: Vec<(Reply, Vec<Step>, u64, bool, &str)> = vec![
+        (
+            Reply::Status(409),
+            vec![(GET_CLAIM, Reply::Status(404))],
+            0,
+            true,
+            "stale copy of a claim deleted since (#1469: no volume may be created)",
+        ),
+        (
+            Reply::Status(409),
+            vec![(GET_CLAIM, claim_object(&bound))],
+            0,
+            true,
+            "stale copy of a claim bound since",
+        ),
+        (
+            Reply::Status(409),
+            vec![
+                (GET_CLAIM, claim_object(&newer)),
+                (PATCH_CLAIM, answer(&newer, "9")),
+                (post_pv(), created_pv()),
+            ],
+            1,
+            true,
+            "stale copy of a claim that still needs a volume: decided again on the fresh one",
+        ),
+        (
+            Reply::Status(422),
+            vec![],
+            0,
+            true,
+            "being deleted (no new finalizers) or re-created (UID)",
+        ),
+        (Reply::Status(404), vec![], 0, true, "gone"),
+        (
+            Reply::Status(500),
+            vec![],
+            0,
+            false,
+            "server error: retried, nothing done",
+        ),
+        (
+            Reply::Lost,
+            vec![],
+            0,
+            false,
+            "timeout or lost response: retried, nothing done",
+        ),
+    ];
+    for (reply, then, creates, ok, what) in rows {
+        let rig = Rig::basic(vec![(PATCH_CLAIM, reply)]).await;
+        rig.then(then);
+        let r = rig.provision(&c).await;
+        assert_eq!(r.is_ok(), ok, "{what}: {r:?}");
+        rig.assert_script_done();
+        assert_eq!(rig.backend().await.1, creates, "{what}: CreateVolume calls");
+        assert!(
+            !rig.reasons().contains(&"ProvisioningFailed".to_string()) || !ok,
+            "{what}"
+        );
+    }
+}
+
+/// Each answer to the PV save, and what follows it (DESIGN §2.3, §2.4).
+#[tokio::test]
+async fn every_answer_to_the_pv_save() {
+    let c = claim();
+    // (answer, then, ok, ProvisioningSucceeded, what)
+    let rows: Vec<(Reply, Vec<Step>, bool, bool, &str)> = vec![
+        (created_pv(), vec![], true, true, "saved"),
+        (
+            Reply::Status(409),
+            vec![(get_pv(), pv_bound_to(UID))],
+            true,
+            true,
+            "AlreadyExists, and it is ours: done",
+        ),
+        (
+            Reply::Status(409),
+            vec![(get_pv(), pv_bound_to("someone-else"))],
+            false,
+            false,
+            "AlreadyExists, another claim's: warn, keep the volume",
+        ),
+        (
+            Reply::Status(409),
+            vec![(get_pv(), Reply::Status(404))],
+            false,
+            false,
+            "AlreadyExists, then gone: save again",
+        ),
+        (
+            Reply::Status(500),
+            vec![],
+            false,
+            false,
+            "server error: save again",
+        ),
+        (
+            Reply::Status(422),
+            vec![],
+            false,
+            false,
+            "invalid: save again",
+        ),
+        (Reply::Lost, vec![], false, false, "lost: save again"),
+    ];
+    for (reply, then, ok, succeeded, what) in rows {
+        let rig = Rig::basic(vec![(PATCH_CLAIM, answer(&c, "8")), (post_pv(), reply)]).await;
+        rig.then(then);
+        let r = rig.provision(&c).await;
+        assert_eq!(r.is_ok(), ok, "{what}: {r:?}");
+        rig.assert_script_done();
+        assert_eq!(
+            rig.reasons().contains(&"ProvisioningSucceeded".to_string()),
+            succeeded,
+            "{what}"
+        );
+        // Never a DeleteVolume because Kubernetes said no.
+        assert_eq!(rig.backend().await, (1, 1, 0), "{what}");
+    }
+}
+
+#[tokio::test]
+async fn a_failed_save_is_retried_without_a_second_create_volume() {
+    let c = claim();
+    let rig = Rig::basic(vec![
+        (PATCH_CLAIM, answer(&c, "8")),
+        (post_pv(), Reply::Lost),
+    ])
+    .await;
+    assert!(rig.provision(&c).await.is_err());
+    // The lost response had saved it: the retry finds it, ours, and the
+    // driver's answer is remembered, so CreateVolume is not called again.
+    rig.then(vec![
+        (PATCH_CLAIM, answer(&c, "8")),
+        (post_pv(), Reply::Status(409)),
+        (get_pv(), pv_bound_to(UID)),
+    ]);
+    rig.provision(&c).await.unwrap();
+    rig.assert_script_done();
+    assert_eq!(
+        rig.backend().await,
+        (1, 1, 0),
+        "one volume, one CreateVolume"
+    );
+}
+
+/// Each CSI answer to CreateVolume (DESIGN §2.7).
+#[tokio::test]
+async fn every_answer_of_the_driver() {
+    use GrpcCode::*;
+    // (code, volumes held after, event text fragment)
+    let rows = [
+        (DeadlineExceeded, 0, "rpc error: code = DeadlineExceeded"),
+        (Unavailable, 0, "rpc error: code = Unavailable"),
+        (AlreadyExists, 0, "rpc error: code = AlreadyExists"),
+        (Internal, 0, "rpc error: code = Internal"),
+        (
+            InvalidArgument,
+            0,
+            "Volume provisioning failed with infeasible error. Retries will be delayed. rpc error: code = InvalidArgument",
+        ),
+        (ResourceExhausted, 0, "rpc error: code = ResourceExhausted"),
+    ];
+    let c = claim();
+    for (code, held, text) in rows {
+        let rig = Rig::basic(vec![(PATCH_CLAIM, answer(&c, "8"))]).await;
+        rig.driver
+            .set_fault(
+                "CreateVolume",
+                Fault::Error {
+                    code,
+                    count: 1,
+                    message: None,
+                },
+            )
+            .await
+            .unwrap();
+        let r = rig.provision(&c).await;
+        assert!(
+            matches!(r, Err(ClaimError::CreateVolume { .. })),
+            "{code:?}: {r:?}"
+        );
+        rig.assert_script_done();
+        assert_eq!(
+            rig.reasons(),
+            ["Provisioning", "ProvisioningFailed"],
+            "{code:?}"
+        );
+        assert!(
+            rig.messages()[1].starts_with(text),
+            "{code:?}: {:?}",
+            rig.messages()
+        );
+        assert_eq!(rig.backend().await.0, held);
+    }
+}
+
+#[tokio::test]
+async fn an_infeasible_claim_waits_without_a_request() {
+    let c = claim();
+    let rig = Rig::basic(vec![(PATCH_CLAIM, answer(&c, "8"))]).await;
+    rig.driver
+        .set_fault(
+            "CreateVolume",
+            Fault::Error {
+                code: GrpcCode::InvalidArgument,
+                count: 1,
+                message: None,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(rig.provision(&c).await.is_err());
+    // The next attempt within --retry-interval-max sends nothing at all.
+    rig.provision(&c).await.unwrap();
+    rig.assert_script_done();
+    assert_eq!(rig.seen(), [PATCH_CLAIM]);
+}
+
+#[tokio::test]
+async fn resource_exhausted_on_the_selected_node_asks_the_scheduler_again() {
+    let c = ClaimFixture::ours().on_node("n1").0;
+    let caps = DriverCapabilities {
+        controller_service: true,
+        create_delete_volume: true,
+        accessibility_constraints: true,
+        ..Default::default()
+    };
+    let csinode = json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+        "metadata": {"name": "n1"},
+        "spec": {"drivers": [{"name": DRIVER, "nodeID": "n1", "topologyKeys": ["zone"]}]}});
+    let node = json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "n1", "labels": {"zone": "a"}}});
+    let nodes =
+        json!({"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": [node.clone()]});
+    let rig = Rig::new(
+        vec![
+            ("GET csinodes/n1", Reply::Object(csinode)),
+            ("GET nodes/n1", Reply::Object(node)),
+            ("GET nodes", Reply::Object(nodes)),
+            (PATCH_CLAIM, answer(&c, "8")),
+            // The reschedule: the selected node goes.
+            (PATCH_CLAIM, claim_object(&c)),
+        ],
+        caps,
+    )
+    .await;
+    rig.driver
+        .set_fault(
+            "CreateVolume",
+            Fault::Error {
+                code: GrpcCode::ResourceExhausted,
+                count: 1,
+                message: None,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(rig.provision(&c).await.is_err());
+    rig.assert_script_done();
+    assert_eq!(
+        rig.body(4)["metadata"]["annotations"][keys::ANN_SELECTED_NODE],
+        Value::Null
+    );
+    assert!(
+        rig.body(4)["metadata"]["annotations"]
+            .as_object()
+            .unwrap()
+            .contains_key(keys::ANN_SELECTED_NODE)
+    );
+}
+
+#[tokio::test]
+async fn a_missing_secret_is_shown_and_nothing_is_written() {
+    let mut c = claim();
+    let rig = Rig::basic(vec![("GET secrets/s", Reply::Status(404))]).await;
+    // The class names a provisioner secret.
+    let mut cls = class(DRIVER, "Immediate");
+    cls.parameters = Some(
+        [
+            (
+                "csi.storage.k8s.io/provisioner-secret-name".to_string(),
+                "s".to_string(),
+            ),
+            (
+                "csi.storage.k8s.io/provisioner-secret-namespace".to_string(),
+                "ns".to_string(),
+            ),
+        ]
+        .into(),
+    );
+    let (classes, mut writer) = reflector::store();
+    writer.apply_watcher_event(&watcher::Event::Apply(cls));
+    let mut rig = rig;
+    rig.ctx.caches.classes = classes;
+    c.metadata.resource_version = Some("7".into());
+    let r = rig.provision(&c).await;
+    assert!(matches!(r, Err(ClaimError::GetSecret { .. })), "{r:?}");
+    rig.assert_script_done();
+    assert_eq!(rig.reasons(), ["Provisioning", "ProvisioningFailed"]);
+    assert_eq!(
+        rig.messages()[1],
+        "error getting secret s in namespace ns: scripted 404"
+    );
+    assert_eq!(rig.backend().await, (0, 0, 0));
+}
+
+#[tokio::test]
+async fn an_invalid_class_is_shown_after_the_provisioning_event_and_nothing_is_written() {
+    let c = claim();
+    let rig = Rig::basic(vec![]).await;
+    let mut cls = class(DRIVER, "Immediate");
+    cls.parameters = Some([("csi.storage.k8s.io/bogus".to_string(), "x".to_string())].into());
+    let (classes, mut writer) = reflector::store();
+    writer.apply_watcher_event(&watcher::Event::Apply(cls));
+    let mut rig = rig;
+    rig.ctx.caches.classes = classes;
+    assert!(rig.provision(&c).await.is_err());
+    rig.assert_script_done();
+    assert_eq!(rig.reasons(), ["Provisioning", "ProvisioningFailed"]);
+    assert_eq!(
+        rig.messages()[1],
+        "failed to strip CSI Parameters of prefixed keys: found unknown parameter key \"csi.storage.k8s.io/bogus\" with reserved namespace csi.storage.k8s.io/"
+    );
+}
+
+// ---- the abandon sequence ----
+
+fn deleted() -> PersistentVolumeClaim {
+    ClaimFixture::ours().intent().deleting().0
+}
+
+const RELEASE: &str = PATCH_CLAIM;
+
+#[tokio::test]
+async fn every_answer_while_cleaning_up_a_deleted_claim() {
+    let d = deleted();
+    let mut recorded = d.clone();
+    recorded
+        .metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(keys::ANN_ABANDONED_HANDLE.into(), "vol-recorded".into());
+    let other = {
+        let mut o = d.clone();
+        o.metadata.uid = Some("another".into());
+        o
+    };
+    // (steps, ok, CreateVolume calls, DeleteVolume calls, what)
+    let rows: Vec<(Vec<Step>, bool, u64, u64, &str)> = vec![
+        (
+            vec![(get_pv(), pv_bound_to(UID)), (RELEASE, claim_object(&d))],
+            true,
+            0,
+            0,
+            "its PV was saved: the volume path owns the volume; only the intent goes",
+        ),
+        (
+            vec![
+                (get_pv(), Reply::Status(404)),
+                (GET_CLAIM, claim_object(&d)),
+                (PATCH_CLAIM, claim_object(&d)),
+                (RELEASE, claim_object(&d)),
+            ],
+            true,
+            1,
+            1,
+            "no PV: find the volume by its name, record its handle, delete it, release",
+        ),
+        (
+            vec![
+                (get_pv(), Reply::Status(404)),
+                (GET_CLAIM, claim_object(&recorded)),
+                (RELEASE, claim_object(&d)),
+            ],
+            true,
+            0,
+            1,
+            "handle recorded by an earlier try: no CreateVolume, delete that handle",
+        ),
+        (
+            vec![
+                (get_pv(), Reply::Status(404)),
+                (GET_CLAIM, Reply::Status(404)),
+            ],
+            true,
+            0,
+            0,
+            "the claim is gone already",
+        ),
+        (
+            vec![
+                (get_pv(), Reply::Status(404)),
+                (GET_CLAIM, claim_object(&other)),
+            ],
+            true,
+            0,
+            0,
+            "the name is another claim's now",
+        ),
+        (
+            vec![(get_pv(), Reply::Status(500))],
+            false,
+            0,
+            0,
+            "cannot read the PV: retry",
+        ),
+        (
+            vec![(get_pv(), Reply::Lost)],
+            false,
+            0,
+            0,
+            "no answer about the PV: retry",
+        ),
+        (
+            vec![
+                (get_pv(), Reply::Status(404)),
+                (GET_CLAIM, claim_object(&d)),
+                (PATCH_CLAIM, Reply::Status(500)),
+            ],
+            false,
+            1,
+            0,
+            "the handle cannot be recorded: nothing deleted yet, retry",
+        ),
+        (
+            vec![
+                (get_pv(), Reply::Status(404)),
+                (GET_CLAIM, claim_object(&d)),
+                (PATCH_CLAIM, claim_object(&d)),
+                (RELEASE, Reply::Lost),
+            ],
+            false,
+            1,
+            1,
+            "volume deleted, release lost: the retry finds the recorded handle",
+        ),
+    ];
+    for (steps, ok, creates, deletes, what) in rows {
+        let rig = Rig::basic(steps).await;
+        let r = rig.abandon(&d).await;
+        assert_eq!(r.is_ok(), ok, "{what}: {r:?}");
+        rig.assert_script_done();
+        let (held, c, del) = rig.backend().await;
+        assert_eq!((c, del), (creates, deletes), "{what}");
+        // A volume found is deleted before the claim may go; only a retry
+        // that has not got that far yet still sees it.
+        assert_eq!(
+            held as u64,
+            creates - deletes.min(creates),
+            "{what}: volumes left"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_cleanup_that_cannot_learn_the_handle_keeps_the_claim_and_says_why() {
+    let d = deleted();
+    let rig = Rig::basic(vec![
+        (get_pv(), Reply::Status(404)),
+        (GET_CLAIM, claim_object(&d)),
+    ])
+    .await;
+    rig.driver
+        .set_fault(
+            "CreateVolume",
+            Fault::Error {
+                code: GrpcCode::AlreadyExists,
+                count: 1,
+                message: None,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        rig.abandon(&d).await,
+        Err(ClaimError::CleanupBlocked(_))
+    ));
+    rig.assert_script_done();
+    assert_eq!(rig.reasons(), ["ProvisioningCleanupFailed"]);
+}
+
+#[test]
+fn resources_are_named_without_their_namespace() {
+    assert_eq!(
+        resource_of("/api/v1/namespaces/a/persistentvolumeclaims/x"),
+        "persistentvolumeclaims/x"
+    );
+    assert_eq!(
+        resource_of("/api/v1/persistentvolumes?fieldManager=x"),
+        "persistentvolumes"
+    );
+    assert_eq!(
+        resource_of("/apis/storage.k8s.io/v1/csinodes/n1"),
+        "csinodes/n1"
+    );
+    let _ = ClaimView(&claim());
+}
