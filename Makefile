@@ -37,7 +37,7 @@ bench-quick:
 
 # Chaos soak (`make test` already runs a bounded chaos run): every fault kind against our
 # sidecar (SIDECAR=upstream or both for the comparison), then the invariant table; fails on
-# any violation. SCENARIO=issue-486|issue-1469 replays a named upstream failure instead.
+# any violation. SCENARIO=issue-486|issue-1469|issue-1469-pv-gone replays a named upstream failure instead.
 #   make chaos CLAIMS=2000 DURATION=15m SEED=1 SIDECAR=ours
 chaos:
 	@CLAIMS=$(CLAIMS) DURATION=$(DURATION) RATE=$(RATE) SEED=$(SEED) SIDECAR=$(SIDECAR) SCENARIO=$(SCENARIO) bash scripts/chaos.sh

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make chaos`: a chaos soak of the sidecar against a local control plane (its own, unless
 # CSI_TESTBED_KUBECONFIG points at a running one), then the invariant table.
-#   CLAIMS=2000 DURATION=15m RATE=3 SEED=1 SIDECAR=ours|upstream|both SCENARIO=issue-486|issue-1469
+#   CLAIMS=2000 DURATION=15m RATE=3 SEED=1 SIDECAR=ours|upstream|both SCENARIO=issue-486|issue-1469|issue-1469-pv-gone|restart-during-cleanup
 # Extra flags for tools/chaos go in CHAOS_ARGS (e.g. CHAOS_ARGS=--keep-logs).
 set -euo pipefail
 cd "$(dirname "$0")/.."

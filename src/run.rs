@@ -196,15 +196,13 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
     let (claim_store, claim_writer) = reflector::store();
     let (volume_store, volume_writer) = reflector::store();
     let claim_memory = Arc::new(ClaimMemory::new(cfg.retry_start, cfg.retry_max));
+    // Upstream's event source: `<driver>_<hostname>_<uuid>`, no host.
+    let component = format!("{}_{}_{}", driver.name, host, random_uuid());
+    info!(%component, "recording events");
     let ctx = Arc::new(Context {
         client: client.clone(),
         csi,
-        // Upstream's event source: `<driver>_<hostname>_<uuid>`, no host.
-        recorder: EventRecorder::new(
-            background.clone(),
-            &format!("{}_{}_{}", driver.name, host, random_uuid()),
-            "",
-        ),
+        recorder: EventRecorder::new(background.clone(), &component, ""),
         driver,
         options,
         metrics: metrics.clone(),

@@ -56,6 +56,7 @@ async fn the_api_server_accepts_every_object_of_the_manifests() {
     for path in [
         "deploy/kubernetes/rbac.yaml",
         "deploy/kubernetes/deployment.yaml",
+        "deploy/kubernetes/release-intent-policy.yaml",
     ] {
         for doc in documents(path) {
             let kind = doc["kind"].as_str().unwrap_or_default().to_string();
@@ -86,6 +87,23 @@ async fn the_api_server_accepts_every_object_of_the_manifests() {
                     .create(&dry_run, &typed(&doc))
                     .await
                     .map(drop),
+                "MutatingAdmissionPolicy" | "MutatingAdmissionPolicyBinding" => {
+                    let resource = kube::api::ApiResource {
+                        group: "admissionregistration.k8s.io".into(),
+                        version: "v1".into(),
+                        api_version: "admissionregistration.k8s.io/v1".into(),
+                        kind: kind.clone(),
+                        plural: if kind == "MutatingAdmissionPolicy" {
+                            "mutatingadmissionpolicies".into()
+                        } else {
+                            "mutatingadmissionpolicybindings".into()
+                        },
+                    };
+                    Api::<kube::api::DynamicObject>::all_with(client.clone(), &resource)
+                        .create(&dry_run, &typed(&doc))
+                        .await
+                        .map(drop)
+                }
                 other => panic!("{path}: unexpected kind {other}"),
             };
             accepted(r, &what);
@@ -99,6 +117,8 @@ async fn the_api_server_accepts_every_object_of_the_manifests() {
             "ClusterRole",
             "ClusterRoleBinding",
             "Deployment",
+            "MutatingAdmissionPolicy",
+            "MutatingAdmissionPolicyBinding",
             "Role",
             "RoleBinding",
             "ServiceAccount"

@@ -387,13 +387,24 @@ async fn failed_calls_with_a_provisioner_secret_never_put_it_in_events_or_logs()
     // The failures were reported (so there is text to look into)...
     rig.wait_claim_event("data", "ProvisioningFailed", "code = Internal")
         .await;
-    let pv_events = rig.events_for("default", &pv_name).await;
-    assert!(
-        pv_events
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("VolumeFailedDelete")),
-        "{pv_events:?}"
-    );
+    // Events are sent in the background (after the work that waits for the
+    // API), so they may land after the PV is gone.
+    support::wait_for(
+        "VolumeFailedDelete on the PV",
+        support::DEADLINE,
+        || async {
+            let pv_events = rig.events_for("default", &pv_name).await;
+            if pv_events
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("VolumeFailedDelete"))
+            {
+                Ok(())
+            } else {
+                Err(pv_events)
+            }
+        },
+    )
+    .await;
     // ...and none of it, nor the log at -v=5 (which logs every CSI request), holds the value.
     let base64 = base64(value.as_bytes());
     for ns in [rig.ns.name.as_str(), "default"] {

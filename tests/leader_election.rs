@@ -29,8 +29,15 @@ async fn holder(leases: &Api<Lease>, name: &str) -> Option<String> {
         .filter(|h| !h.is_empty())
 }
 
-/// The event source of the claim's `ProvisioningSucceeded`: ours is
-/// `csi-provisioner`, upstream's `<driver>_<host>_<uuid>`.
+/// The event source of the claim's `ProvisioningSucceeded`: upstream's and
+/// ours are both `<driver>_<host>_<uuid>`, a new UUID per process.
+/// The event source a replica of ours records with (logged when it starts).
+fn component_in(log: &str) -> Option<String> {
+    let line = log.lines().find(|l| l.contains("recording events"))?;
+    let value = line.split("component=").nth(1)?.split_whitespace().next()?;
+    Some(value.trim_matches('"').to_string())
+}
+
 async fn succeeded_by(rig: &Rig, claim: &str) -> String {
     let event = rig
         .wait_claim_event(claim, "ProvisioningSucceeded", "")
@@ -87,10 +94,12 @@ async fn one_leader_among_ours_and_upstream_and_handover_without_duplicates() {
         "a standby of ours acted:\n{}",
         ours_b.log_contents()
     );
+    let leader_component = component_in(&rig.sidecar_log()).expect("A logs its event source");
+    assert!(leader_component.starts_with(&format!("{}_", rig.driver_name)));
     for i in 0..3 {
         assert_eq!(
             succeeded_by(&rig, &format!("a{i}")).await,
-            "csi-provisioner",
+            leader_component,
             "a{i} provisioned by the leader"
         );
     }
@@ -132,11 +141,13 @@ async fn one_leader_among_ours_and_upstream_and_handover_without_duplicates() {
     // The survivor holding the Lease did all the work of phase b; the other
     // one never acted. Our identities are `<host>_<hex>`, upstream's the host name.
     let upstream_leads = !second.contains('_');
+    let ours_b_component = component_in(&ours_b.log_contents());
     for i in 0..3 {
         let by = succeeded_by(&rig, &format!("b{i}")).await;
+        assert!(by.starts_with(&rig.driver_name), "{by}");
         assert_eq!(
-            by.starts_with(&rig.driver_name),
-            upstream_leads,
+            Some(&by) == ours_b_component.as_ref(),
+            !upstream_leads,
             "b{i} provisioned by {by}, leader {second}"
         );
     }

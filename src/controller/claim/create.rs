@@ -58,11 +58,29 @@ pub async fn provision(
     {
         return Ok(Action::requeue(wait));
     }
-    if pv_known(ctx, view) {
-        // Saved already: binding is kube-controller-manager's step, and the
-        // intent leaves with it (`ReleaseIntent`).
-        debug!(claim = %view.key(), "its PV exists: waiting for the binder");
-        return Ok(Action::await_change());
+    match cached_pv(ctx, view) {
+        CachedPv::Ours => {
+            // Saved already: binding is kube-controller-manager's step, and
+            // the intent leaves with it (`ReleaseIntent`).
+            debug!(claim = %view.key(), "its PV exists: waiting for the binder");
+            return Ok(Action::await_change());
+        }
+        // Our deterministic name is taken: no CreateVolume (it would make a
+        // volume no PV can point to). Stopping is safe on a stale cache: the
+        // retry looks again.
+        CachedPv::Another(other) => {
+            let name = provision::volume_name(
+                &ctx.options.volume_name_prefix,
+                uid,
+                ctx.options.volume_name_uuid_length,
+            )?;
+            return Err(report(
+                ctx,
+                cached,
+                ClaimError::PvOfAnotherClaim { name, other },
+            ));
+        }
+        CachedPv::Unknown => {}
     }
     ctx.claims.attempt_started(uid);
     // As upstream: before every attempt, also one that then fails validation.
@@ -112,24 +130,33 @@ fn class_of(ctx: &Context, claim: ClaimView) -> Result<Arc<StorageClass>, ClaimE
         })
 }
 
-/// Whether the claim's PV is known to exist without a request: saved by this
-/// process, or in the PV cache bound to this claim (a PV once seen bound to
-/// the claim's UID did exist). "No PV" is never taken from the cache.
-fn pv_known(ctx: &Context, claim: ClaimView) -> bool {
+/// What is known, without a request, of the PV under the claim's name.
+enum CachedPv {
+    /// Saved by this process, or in the PV cache bound to this claim (a PV
+    /// once seen bound to the claim's UID did exist).
+    Ours,
+    /// In the PV cache, bound to another claim (its UID).
+    Another(String),
+    /// Nothing: "no PV" is never taken from the cache, the create finds out.
+    Unknown,
+}
+
+fn cached_pv(ctx: &Context, claim: ClaimView) -> CachedPv {
     if ctx.claims.pv_saved(claim.uid()) {
-        return true;
+        return CachedPv::Ours;
     }
     let Ok(name) = provision::volume_name(
         &ctx.options.volume_name_prefix,
         claim.uid(),
         ctx.options.volume_name_uuid_length,
     ) else {
-        return false;
+        return CachedPv::Unknown;
     };
-    ctx.caches
-        .volumes
-        .get(&ObjectRef::new(&name))
-        .is_some_and(|pv| bound_claim_uid(&pv) == Some(claim.uid()))
+    match ctx.caches.volumes.get(&ObjectRef::new(&name)) {
+        Some(pv) if bound_claim_uid(&pv) == Some(claim.uid()) => CachedPv::Ours,
+        Some(pv) => CachedPv::Another(bound_claim_uid(&pv).unwrap_or_default().to_string()),
+        None => CachedPv::Unknown,
+    }
 }
 
 /// Everything the request needs, from `claim` as it is: the request itself

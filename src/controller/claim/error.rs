@@ -220,7 +220,12 @@ mod tests {
     fn each_failure_knows_its_event_and_text() {
         use EventType::*;
         // (failure, event, its text, final)
-        type Row = (ClaimError, Option<(EventType, &'static str)>, &'static str, bool);
+        type Row = (
+            ClaimError,
+            Option<(EventType, &'static str)>,
+            &'static str,
+            bool,
+        );
         let cases: Vec<Row> = vec![
             (
                 ClaimError::GetSecret {

@@ -181,6 +181,7 @@ fn tokio_stream_from<T: Send + 'static>(
 
 /// Removes the intent (UID-fenced; a claim without it or gone is fine).
 async fn release(client: &Client, r: &Release) -> Result<(), kube::Error> {
+    debug!(claim = %format!("{}/{}", r.namespace, r.name), "releasing the intent");
     let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &r.namespace);
     let mut claim = PersistentVolumeClaim::default();
     claim.metadata.name = Some(r.name.clone());

@@ -10,6 +10,11 @@
 //!   reaches the backend, the claim was deleted and its volume too, so the backend creates a
 //!   new one; saving the PV answers `AlreadyExists` (the old PV is still Terminating), which
 //!   upstream takes for success: the new volume leaks.
+//! - `issue-1469-pv-gone`: the same late sync, but the deleted PV's last finalizer goes at
+//!   once, so by the time the late sync acts the PV is gone too (a read of the PV answers
+//!   404): nothing says "already provisioned" but the claim itself. Saving the new volume's
+//!   PV then succeeds; upstream's late `CreateVolume` gives the claim a second volume. No
+//!   volume may be created.
 //! - `restart-during-cleanup` (found by our soak): a claim deleted during provisioning is
 //!   being cleaned up; the sidecar dies while its `DeleteVolume` is in flight, the backend
 //!   finishes it. The restarted sidecar must not create the volume again to learn a handle.
@@ -30,6 +35,7 @@ use crate::world::{Sidecar, StageOptions, Testbed, World};
 pub enum Scenario {
     Issue486,
     Issue1469,
+    Issue1469PvGone,
     RestartDuringCleanup,
 }
 
@@ -38,6 +44,7 @@ impl Scenario {
         match self {
             Scenario::Issue486 => "issue-486",
             Scenario::Issue1469 => "issue-1469",
+            Scenario::Issue1469PvGone => "issue-1469-pv-gone",
             Scenario::RestartDuringCleanup => "restart-during-cleanup",
         }
     }
@@ -49,9 +56,10 @@ impl std::str::FromStr for Scenario {
         match s {
             "issue-486" => Ok(Scenario::Issue486),
             "issue-1469" => Ok(Scenario::Issue1469),
+            "issue-1469-pv-gone" => Ok(Scenario::Issue1469PvGone),
             "restart-during-cleanup" => Ok(Scenario::RestartDuringCleanup),
             other => Err(format!(
-                "unknown scenario {other:?} (issue-486, issue-1469, restart-during-cleanup)"
+                "unknown scenario {other:?} (issue-486, issue-1469, issue-1469-pv-gone, restart-during-cleanup)"
             )),
         }
     }
@@ -88,7 +96,8 @@ pub async fn run(
     let world = Arc::new(tokio::sync::Mutex::new(world));
     let steps = match scenario {
         Scenario::Issue486 => issue_486(&world, &book).await,
-        Scenario::Issue1469 => issue_1469(&world, &book).await,
+        Scenario::Issue1469 => issue_1469(&world, &book, false).await,
+        Scenario::Issue1469PvGone => issue_1469(&world, &book, true).await,
         Scenario::RestartDuringCleanup => restart_during_cleanup(&world, &book).await,
     };
     faults_off(&world).await;
@@ -245,6 +254,7 @@ async fn issue_486(
 async fn issue_1469(
     world: &Arc<tokio::sync::Mutex<World>>,
     book: &Arc<Book>,
+    pv_gone: bool,
 ) -> Result<BTreeMap<&'static str, u64>, String> {
     let control = {
         let w = world.lock().await;
@@ -254,12 +264,15 @@ async fn issue_1469(
                 .verbs(&["watch"])
                 .resources(&["persistentvolumes"]),
         );
-        // ...and the API server is slow to drop the deleted PV's last finalizer.
-        w.proxy.add_rule(
-            Rule::new(Fault::Delay { ms: 12000 })
-                .verbs(&["patch", "update"])
-                .resources(&["persistentvolumes"]),
-        );
+        // ...and the API server is slow to drop the deleted PV's last finalizer (or, with
+        // `pv_gone`, drops it at once: the PV is gone before the late sync acts).
+        if !pv_gone {
+            w.proxy.add_rule(
+                Rule::new(Fault::Delay { ms: 12000 })
+                    .verbs(&["patch", "update"])
+                    .resources(&["persistentvolumes"]),
+            );
+        }
         w.driver.control().await.map_err(|e| e.to_string())?
     };
     // A backend slow enough that the claim's deletion overtakes the second sync.
@@ -303,7 +316,7 @@ async fn issue_1469(
     Ok(BTreeMap::from([
         ("claim labelled during CreateVolume (second sync)", 1),
         ("watch: new PV hidden 3 s", 1),
-        ("api: PV patch/update slowed 12 s", 1),
+        ("api: PV patch/update slowed 12 s", u64::from(!pv_gone)),
         ("driver: CreateVolume slowed 8 s", 1),
         ("claim deleted as soon as Bound", 1),
     ]))

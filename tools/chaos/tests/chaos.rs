@@ -114,6 +114,28 @@ async fn issue_1469_late_sync_with_a_missing_pv_creates_no_second_volume_with_ou
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_1469_late_sync_after_the_pv_is_gone_creates_no_volume_with_our_sidecar() {
+    let report = chaos::scenarios::run(
+        &testbed(),
+        Scenario::Issue1469PvGone,
+        Sidecar::Ours,
+        14690,
+        false,
+    )
+    .await
+    .expect("scenario");
+    let table = report.render();
+    println!("{table}");
+    assert!(
+        report.proxy.get("watch-hide").copied().unwrap_or(0) >= 1,
+        "the new PV was hidden\n{table}"
+    );
+    // One volume for the claim's life, deleted with it; none made by the late sync.
+    assert_eq!(backend(&report, "volumes created"), 1, "{table}");
+    assert_eq!(report.violations(), 0, "\n{table}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cleanup_interrupted_after_its_delete_volume_creates_no_second_volume() {
     let report = chaos::scenarios::run(
         &testbed(),
