@@ -631,65 +631,14 @@ fn parse_vmodule(s: &str) -> Result<VModuleList, String> {
 /// `1.5Mi`, `1e3`. Negative sizes are rejected. (Upstream's help text says
 /// `1K`, but a Kubernetes quantity only knows lower-case `k`; so here.)
 pub fn parse_byte_quantity(input: &str) -> Result<u64, String> {
-    let invalid = || format!("invalid quantity {input:?} (examples: 512, 1k, 2Ki, 5Mi)");
-    let s = input.strip_prefix('+').unwrap_or(input);
-    if s.starts_with('-') {
-        return Err(format!("quantity {input:?} must not be negative"));
-    }
-    let number_len = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (number, suffix) = s.split_at(number_len);
-    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
-    if (whole.is_empty() && fraction.is_empty()) || fraction.contains('.') {
-        return Err(invalid());
-    }
-    // Bounds that keep every product below in u128.
-    if whole.len() + fraction.len() > 20 {
-        return Err(invalid());
-    }
-    let mantissa: u128 = format!("{whole}{fraction}")
-        .parse()
-        .map_err(|_| invalid())?;
-
-    let (binary_shift, decimal_exp): (u32, i32) = match suffix {
-        "" => (0, 0),
-        "Ki" => (10, 0),
-        "Mi" => (20, 0),
-        "Gi" => (30, 0),
-        "Ti" => (40, 0),
-        "Pi" => (50, 0),
-        "Ei" => (60, 0),
-        "n" => (0, -9),
-        "u" => (0, -6),
-        "m" => (0, -3),
-        "k" => (0, 3),
-        "M" => (0, 6),
-        "G" => (0, 9),
-        "T" => (0, 12),
-        "P" => (0, 15),
-        "E" => (0, 18),
-        exp if exp.len() > 1 && (exp.starts_with('e') || exp.starts_with('E')) => {
-            let exp: i32 = exp[1..].parse().map_err(|_| invalid())?;
-            if exp.abs() > 18 {
-                return Err(invalid());
-            }
-            (0, exp)
+    use crate::provision::quantity::{QuantityError, parse};
+    parse(input).map_err(|e| match e {
+        QuantityError::Malformed => {
+            format!("invalid quantity {input:?} (examples: 512, 1k, 2Ki, 5Mi)")
         }
-        _ => return Err(invalid()),
-    };
-
-    let mut numerator = mantissa << binary_shift;
-    let mut denominator = 10u128.pow(fraction.len() as u32);
-    if decimal_exp >= 0 {
-        numerator = numerator
-            .checked_mul(10u128.pow(decimal_exp.unsigned_abs()))
-            .ok_or_else(invalid)?;
-    } else {
-        denominator *= 10u128.pow(decimal_exp.unsigned_abs());
-    }
-    let bytes = numerator.div_ceil(denominator);
-    u64::try_from(bytes).map_err(|_| format!("quantity {input:?} is too large"))
+        QuantityError::Negative => format!("quantity {input:?} must not be negative"),
+        QuantityError::TooLarge => format!("quantity {input:?} is too large"),
+    })
 }
 
 // ---------------------------------------------------------------------------
@@ -1359,16 +1308,7 @@ fn rate_limit(
 /// Upstream hands the address to gRPC, which (for the addresses a sidecar
 /// uses) means a unix socket: `/path`, `unix:///path` or `unix:path`.
 fn csi_socket_path(address: &str) -> Result<PathBuf, ConfigError> {
-    let path = if let Some(rest) = address.strip_prefix("unix://") {
-        // `unix://` must be followed by an absolute path (no authority).
-        Some(rest).filter(|p| p.starts_with('/'))
-    } else if let Some(rest) = address.strip_prefix("unix:") {
-        Some(rest).filter(|p| !p.is_empty())
-    } else {
-        Some(address).filter(|p| p.starts_with('/'))
-    };
-    path.map(PathBuf::from)
-        .ok_or_else(|| ConfigError::CsiAddress(address.to_string()))
+    csi_proto::parse_csi_address(address).map_err(|_| ConfigError::CsiAddress(address.to_string()))
 }
 
 fn to_usize(n: u64) -> usize {

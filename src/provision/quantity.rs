@@ -1,53 +1,80 @@
 //! Kubernetes resource quantities as byte counts: parse a PVC's requested
 //! storage, and format a volume's size the way Go's `BinarySI` does.
 
-/// Parses a quantity (`1Gi`, `500M`, `1.5Gi`, `1e9`, `123`) into bytes,
-/// rounding fractions up. Returns `None` for malformed or negative input.
-pub fn parse_bytes(s: &str) -> Option<i64> {
-    let s = s.trim();
-    if s.is_empty() || s.starts_with('-') {
-        return None;
-    }
+/// Why a quantity could not be read as bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuantityError {
+    Malformed,
+    Negative,
+    TooLarge,
+}
+
+/// Parses a quantity (`1Gi`, `500M`, `1.5Gi`, `1e9`, `123`, `1500m`) into a
+/// whole number of bytes, rounding fractions up as `Quantity.Value()` does.
+/// The one quantity parser of the crate: claims' sizes and byte flags.
+pub fn parse(s: &str) -> Result<u64, QuantityError> {
+    use QuantityError::*;
     let s = s.strip_prefix('+').unwrap_or(s);
+    if s.starts_with('-') {
+        return Err(Negative);
+    }
     let split = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(s.len());
     let (num, suffix) = s.split_at(split);
-    if num.is_empty() || num == "." || num.matches('.').count() > 1 {
-        return None;
-    }
-    // Numerator and power-of-ten denominator, kept exact in u128.
     let (int_part, frac_part) = num.split_once('.').unwrap_or((num, ""));
-    let digits = format!("{int_part}{frac_part}");
-    let mut mantissa: u128 = digits.parse().ok()?;
-    let mut scale_down: u32 = frac_part.len() as u32;
-    let (mul, exp10): (u128, i32) = match suffix {
-        "" => (1, 0),
-        "Ki" => (1 << 10, 0),
-        "Mi" => (1 << 20, 0),
-        "Gi" => (1 << 30, 0),
-        "Ti" => (1 << 40, 0),
-        "Pi" => (1 << 50, 0),
-        "Ei" => (1 << 60, 0),
-        "m" => (1, -3),
-        "k" => (1, 3),
-        "M" => (1, 6),
-        "G" => (1, 9),
-        "T" => (1, 12),
-        "P" => (1, 15),
-        "E" => (1, 18),
-        e if e.starts_with(['e', 'E']) => (1, e[1..].parse::<i32>().ok()?),
-        _ => return None,
-    };
-    mantissa = mantissa.checked_mul(mul)?;
-    if exp10 >= 0 {
-        mantissa = mantissa.checked_mul(10u128.checked_pow(exp10 as u32)?)?;
-    } else {
-        scale_down = scale_down.checked_add(exp10.unsigned_abs())?;
+    if (int_part.is_empty() && frac_part.is_empty()) || frac_part.contains('.') {
+        return Err(Malformed);
     }
-    let div = 10u128.checked_pow(scale_down)?;
-    let bytes = mantissa.div_ceil(div);
-    i64::try_from(bytes).ok()
+    // Bounds that keep every product below in u128.
+    if int_part.len() + frac_part.len() > 20 {
+        return Err(Malformed);
+    }
+    let mantissa: u128 = format!("{int_part}{frac_part}")
+        .parse()
+        .map_err(|_| Malformed)?;
+    let (shift, exp10): (u32, i32) = match suffix {
+        "" => (0, 0),
+        "Ki" => (10, 0),
+        "Mi" => (20, 0),
+        "Gi" => (30, 0),
+        "Ti" => (40, 0),
+        "Pi" => (50, 0),
+        "Ei" => (60, 0),
+        "n" => (0, -9),
+        "u" => (0, -6),
+        "m" => (0, -3),
+        "k" => (0, 3),
+        "M" => (0, 6),
+        "G" => (0, 9),
+        "T" => (0, 12),
+        "P" => (0, 15),
+        "E" => (0, 18),
+        e if e.len() > 1 && e.starts_with(['e', 'E']) => {
+            let exp: i32 = e[1..].parse().map_err(|_| Malformed)?;
+            if exp.abs() > 18 {
+                return Err(Malformed);
+            }
+            (0, exp)
+        }
+        _ => return Err(Malformed),
+    };
+    let mut numerator = mantissa << shift;
+    let mut denominator = 10u128.pow(frac_part.len() as u32);
+    if exp10 >= 0 {
+        numerator = numerator
+            .checked_mul(10u128.pow(exp10.unsigned_abs()))
+            .ok_or(TooLarge)?;
+    } else {
+        denominator *= 10u128.pow(exp10.unsigned_abs());
+    }
+    u64::try_from(numerator.div_ceil(denominator)).map_err(|_| TooLarge)
+}
+
+/// A claim's size in bytes, as CSI's `int64` takes it; `None` if malformed,
+/// negative or too large.
+pub fn parse_bytes(s: &str) -> Option<i64> {
+    parse(s).ok().and_then(|b| i64::try_from(b).ok())
 }
 
 /// Formats bytes like Go's `resource.NewQuantity(n, BinarySI).String()`: the

@@ -47,30 +47,26 @@ impl fmt::Debug for RedactedSecrets {
     }
 }
 
-/// Turns a CSI address (`unix:///abs/path`, `unix:/abs/path` or `/abs/path`) into a socket path.
-///
-/// Relative paths are accepted as given (the sidecar resolves them against its working directory
-/// like upstream does); any other scheme is rejected because CSI drivers listen on unix sockets.
+/// Turns a CSI address (`unix:///abs/path`, `unix:path` or `/abs/path`) into a socket path: the
+/// one parser of CSI addresses, for the sidecar's `--csi-address` and the test driver's endpoint.
+/// A relative path needs the `unix:` scheme (gRPC's own spelling); any other scheme is rejected
+/// because CSI drivers listen on unix sockets.
 pub fn parse_csi_address(address: &str) -> Result<PathBuf, String> {
-    let address = address.trim();
-    if address.is_empty() {
-        return Err("empty CSI address".to_string());
-    }
     let path = if let Some(rest) = address.strip_prefix("unix://") {
-        rest
+        // `unix://` must be followed by an absolute path (no authority).
+        Some(rest).filter(|p| p.starts_with('/'))
     } else if let Some(rest) = address.strip_prefix("unix:") {
-        rest
-    } else if address.contains("://") {
-        return Err(format!(
-            "unsupported CSI address {address:?}: only unix sockets (unix:///path or /path) are supported"
-        ));
+        Some(rest).filter(|p| !p.is_empty())
     } else {
-        address
+        // A bare path must be absolute (upstream makes `/x` into `unix:///x`
+        // and hands anything else to gRPC's name resolution).
+        Some(address).filter(|p| p.starts_with('/'))
     };
-    if path.is_empty() {
-        return Err(format!("CSI address {address:?} has no socket path"));
-    }
-    Ok(PathBuf::from(path))
+    path.map(PathBuf::from).ok_or_else(|| {
+        format!(
+            "unsupported CSI address {address:?}: only unix sockets (/path, unix:///path or unix:path) are supported"
+        )
+    })
 }
 
 /// Opens a gRPC channel to a CSI driver listening on the unix socket at `path`.
@@ -269,9 +265,12 @@ mod tests {
         let cases = [
             ("unix:///run/csi/socket", Ok("/run/csi/socket")),
             ("unix:/run/csi/socket", Ok("/run/csi/socket")),
+            ("unix:csi.sock", Ok("csi.sock")),
             ("/run/csi/socket", Ok("/run/csi/socket")),
-            ("  /run/csi/socket ", Ok("/run/csi/socket")),
-            ("csi.sock", Ok("csi.sock")),
+            ("  /run/csi/socket ", Err(())),
+            ("csi.sock", Err(())),
+            ("unix://relative", Err(())),
+            ("unix:", Err(())),
             ("", Err(())),
             ("unix://", Err(())),
             ("tcp://127.0.0.1:10000", Err(())),
