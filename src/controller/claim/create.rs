@@ -184,7 +184,11 @@ pub(super) async fn prepare(
             reschedule(ctx, claim).await?;
             return Err(err);
         }
-        Err(TopologyError::Invalid(e)) => return Err(fail(e.into())),
+        Err(TopologyError::Invalid(e)) => {
+            return Err(fail(ClaimError::Invalid(ProvisionError::Topology(
+                format!("error generating accessibility requirements: {e}"),
+            ))));
+        }
         Err(TopologyError::Kube(e)) => return Err(fail(ClaimError::ReadTopology(e))),
     };
     if let Some(r) = prepared.provisioner_secret() {
