@@ -105,6 +105,8 @@ struct Release {
     namespace: String,
     name: String,
     uid: String,
+    /// Failed attempts so far, for the backoff between retries.
+    failures: u32,
 }
 
 /// Queues intent releases and works them off in the background.
@@ -140,11 +142,14 @@ impl IntentReleaser {
                         pending.lock().expect("poisoned").remove(&r.uid);
                     }
                     Err(e) => {
-                        warn!(claim = %format!("{}/{}", r.namespace, r.name), error = %e, "releasing the intent failed; will retry");
-                        // Retried in the background; the attempts count is
-                        // not kept (a retry costs one background request).
+                        let delay = crate::controller::retry_delay(RETRY, RETRY_MAX, r.failures);
+                        warn!(claim = %format!("{}/{}", r.namespace, r.name), error = %e, retry_in = ?delay, "releasing the intent failed");
+                        let r = Release {
+                            failures: r.failures.saturating_add(1),
+                            ..r
+                        };
                         tokio::spawn(async move {
-                            tokio::time::sleep(RETRY.min(RETRY_MAX)).await;
+                            tokio::time::sleep(delay).await;
                             let _ = queue.send(r);
                         });
                     }
@@ -169,6 +174,7 @@ impl IntentReleaser {
             namespace: view.namespace().to_string(),
             name: view.name().to_string(),
             uid: view.uid().to_string(),
+            failures: 0,
         });
     }
 }
