@@ -11,11 +11,10 @@ use std::time::Instant;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::controller::Action;
-use tonic::{Code, Status};
+use tonic::Status;
 use tracing::{debug, info, warn};
 
 use super::Context;
-use crate::csi::pb;
 use crate::keys;
 use crate::kube::slim::Pv;
 use crate::kube::{
@@ -159,17 +158,9 @@ async fn delete(ctx: &Context, cached: &Pv) -> Result<(), VolumeError> {
     if !ctx.leader.is_leader() {
         return Err(VolumeError::NotLeader);
     }
-    match ctx
-        .csi
-        .delete_volume(pb::DeleteVolumeRequest {
-            volume_id: handle.clone(),
-            secrets,
-        })
-        .await
-    {
-        Ok(_) => {}
-        // Already gone on the backend: that is what we wanted.
-        Err(s) if s.code() == Code::NotFound => {}
+    // Already gone on the backend (`NotFound`) is what we wanted.
+    match ctx.csi.delete_volume(&handle, secrets).await {
+        Ok(()) => {}
         Err(s) => {
             let err = VolumeError::DeleteVolume(s);
             ctx.metrics

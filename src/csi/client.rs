@@ -211,10 +211,17 @@ impl CsiClient {
         res
     }
 
+    /// `DeleteVolume` of `volume_id`. `NotFound` is what was wanted: the
+    /// volume is gone, so it is success (CSI makes the call idempotent).
     pub async fn delete_volume(
         &self,
-        req: pb::DeleteVolumeRequest,
-    ) -> Result<pb::DeleteVolumeResponse, Status> {
+        volume_id: &str,
+        secrets: std::collections::HashMap<String, String>,
+    ) -> Result<(), Status> {
+        let req = pb::DeleteVolumeRequest {
+            volume_id: volume_id.to_string(),
+            secrets,
+        };
         debug!(request = ?req, "DeleteVolume");
         let res = self
             .call(
@@ -223,7 +230,11 @@ impl CsiClient {
             )
             .await;
         debug!(response = ?res, "DeleteVolume done");
-        res
+        match res {
+            Ok(_) => Ok(()),
+            Err(s) if s.code() == tonic::Code::NotFound => Ok(()),
+            Err(s) => Err(s),
+        }
     }
 
     /// Probes until the driver says it is ready (upstream ProbeForever): absent

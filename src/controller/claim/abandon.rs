@@ -21,7 +21,7 @@ use tracing::{debug, info, warn};
 use super::error::{ClaimError, report};
 use crate::controller::topology;
 use crate::controller::{Context, bound_claim_uid};
-use crate::csi::{classify, pb};
+use crate::csi::classify;
 use crate::keys;
 use crate::kube::{get_fresh, is_not_found, remove_finalizer};
 use crate::provision::{self, ClaimView, SecretRef};
@@ -222,7 +222,7 @@ async fn secret_data(ctx: &Context, secret: Option<&SecretRef>) -> HashMap<Strin
     })
 }
 
-/// `DeleteVolume` for the claim path. `NotFound` is what we wanted.
+/// `DeleteVolume` for the claim path (`NotFound` counts as done).
 pub async fn delete_volume(
     ctx: &Context,
     secret: Option<&SecretRef>,
@@ -232,19 +232,11 @@ pub async fn delete_volume(
     if !ctx.leader.is_leader() {
         return Err(ClaimError::NotLeader);
     }
-    match ctx
-        .csi
-        .delete_volume(pb::DeleteVolumeRequest {
-            volume_id: handle.to_string(),
-            secrets,
-        })
+    ctx.csi
+        .delete_volume(handle, secrets)
         .await
-    {
-        Ok(_) => Ok(()),
-        Err(s) if s.code() == Code::NotFound => Ok(()),
-        Err(status) => Err(ClaimError::DeleteVolume {
+        .map_err(|status| ClaimError::DeleteVolume {
             handle: handle.to_string(),
             status,
-        }),
-    }
+        })
 }
