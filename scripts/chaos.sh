@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `make chaos`: a chaos soak of the sidecar against a local control plane (its own, unless
-# CSI_TESTBED_KUBECONFIG points at a running one), then the invariant table.
+# CSI_TESTBED_KUBECONFIG points at a running one), then the invariant table. On a control
+# plane of its own the soak also restarts kube-apiserver and etcd mid-run
+# (--restart-control-plane); on a shared one it does not (CHAOS_RESTART=0 turns it off).
 #   CLAIMS=2000 DURATION=15m RATE=3 SEED=1 SIDECAR=ours|upstream|both SCENARIO=issue-486|issue-1469|issue-1469-pv-gone|restart-during-cleanup
 # Extra flags for tools/chaos go in CHAOS_ARGS (e.g. CHAOS_ARGS=--keep-logs).
 set -euo pipefail
@@ -14,6 +16,8 @@ bins=$(mktemp -d /tmp/chaos-bins.XXXXXX)
 cp target/debug/csi-provisioner target/debug/csi-test-driver target/debug/chaos "$bins/"
 export CSI_PROVISIONER_BIN=${CSI_PROVISIONER_BIN:-$bins/csi-provisioner}
 export CSI_TEST_DRIVER_BIN=${CSI_TEST_DRIVER_BIN:-$bins/csi-test-driver}
+# What --restart-control-plane runs (`testbed/cluster.sh restart $CSI_TESTBED_DIR`).
+export CSI_TESTBED_CLUSTER_SH=${CSI_TESTBED_CLUSTER_SH:-$PWD/testbed/cluster.sh}
 own_testbed=
 cleanup() {
   rm -rf "$bins"
@@ -31,6 +35,10 @@ if [ -n "${SCENARIO:-}" ]; then
   args+=(--scenario "$SCENARIO")
 else
   args+=(--claims "${CLAIMS:-2000}" --duration "${DURATION:-15m}" --rate "${RATE:-3}")
+  # Only a control plane this run started may be restarted: others may be using a shared one.
+  if [ -n "$own_testbed" ] && [ "${CHAOS_RESTART:-1}" != 0 ]; then
+    args+=(--restart-control-plane)
+  fi
 fi
 # shellcheck disable=SC2086
 "$bins/chaos" "${args[@]}" ${CHAOS_ARGS:-}

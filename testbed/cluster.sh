@@ -5,6 +5,10 @@
 #
 #   testbed/cluster.sh up [DIR]     start; prints `export ...` lines to eval
 #   testbed/cluster.sh down [DIR]   stop exactly what `up` started, remove DIR
+#   testbed/cluster.sh restart [DIR]  stop etcd and kube-apiserver of a running test bed
+#                                   and start them again with the same arguments, ports
+#                                   and data (a control-plane restart, for chaos runs);
+#                                   kube-controller-manager stays up and reconnects
 #   testbed/cluster.sh env [DIR]    print the `export ...` lines again
 #
 # DIR defaults to $CSI_TESTBED_DIR or /tmp/csi-testbed. With
@@ -32,12 +36,56 @@ free_port() {
   log "no free port found"; return 1
 }
 
-# start NAME CMD...: run CMD in its own session, log to DIR/NAME.log, record its pid.
+# start NAME CMD...: run CMD in its own session, log to DIR/NAME.log, record its pid,
+# and its command line in DIR/NAME.cmd (NUL-separated) for `restart`.
 start() {
   local name=$1; shift
-  setsid "$@" >"$dir/$name.log" 2>&1 </dev/null &
+  printf '%s\0' "$@" >"$dir/$name.cmd"
+  setsid "$@" >>"$dir/$name.log" 2>&1 </dev/null &
   last_pid=$!
   echo "$last_pid" >"$dir/$name.pid"
+}
+
+# alive PID: the process exists and is not a zombie.
+alive() {
+  local state
+  state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+  [ -n "$state" ] && [ "$state" != Z ]
+}
+
+# stop_one NAME GRACE: SIGTERM the process group of DIR/NAME.pid, SIGKILL after GRACE
+# seconds, and wait until it is gone.
+stop_one() {
+  local name=$1 grace=$2 p
+  p=$(cat "$dir/$name.pid")
+  kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null || true
+  local deadline=$(( $(date +%s) + grace ))
+  while alive "$p" && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.2; done
+  if alive "$p"; then
+    log "$name (pid $p) still running after ${grace}s; SIGKILL"
+    kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null || true
+    deadline=$(( $(date +%s) + 10 ))
+    while alive "$p"; do
+      [ "$(date +%s)" -lt "$deadline" ] || { log "$name (pid $p) does not die"; return 1; }
+      sleep 0.1
+    done
+  fi
+}
+
+# arg_of NAME FLAG: the value of --FLAG=... in DIR/NAME.cmd.
+arg_of() {
+  local a
+  while IFS= read -r -d '' a; do
+    case "$a" in "--$2="*) echo "${a#--"$2"=}"; return 0 ;; esac
+  done <"$dir/$1.cmd"
+  return 1
+}
+
+# restart_one NAME: start DIR/NAME.cmd again.
+restart_one() {
+  local cmdline=()
+  mapfile -d '' -t cmdline <"$dir/$1.cmd"
+  start "$1" "${cmdline[@]}"
 }
 
 wait_for() { # wait_for WHAT SECONDS CMD...
@@ -174,9 +222,40 @@ down)
   stop_all
   log "stopped and removed $dir"
   ;;
+restart)
+  # Same binaries, arguments, ports, certificates, tokens and etcd data directory: clients
+  # keep their kubeconfigs and every object survives; only connections and watches break.
+  for n in etcd kube-apiserver; do
+    if [ ! -f "$dir/$n.cmd" ] || [ ! -f "$dir/$n.pid" ]; then
+      log "no $dir/$n.cmd or $n.pid: not a test bed started by this script's \`up\` (restart needs both)"
+      exit 1
+    fi
+  done
+  alive "$(cat "$dir/kube-apiserver.pid")" || { log "kube-apiserver is not running in $dir"; exit 1; }
+  t0=$(date +%s)
+  grace=${CSI_TESTBED_STOP_GRACE:-5}
+  log "stopping kube-apiserver and etcd (grace ${grace}s)"
+  stop_one kube-apiserver "$grace"
+  stop_one etcd "$grace"
+  etcd_url=$(arg_of etcd listen-client-urls)
+  ap=$(arg_of kube-apiserver secure-port)
+  admin_token=$(head -n 1 "$dir/tokens.csv" | cut -d, -f1)
+  log "starting etcd again on $etcd_url"
+  restart_one etcd
+  wait_for etcd 60 curl -fsS "$etcd_url/health"
+  log "starting kube-apiserver again on 127.0.0.1:$ap"
+  restart_one kube-apiserver
+  wait_for "kube-apiserver /readyz" 180 curl -fsS -k -H "Authorization: Bearer $admin_token" "https://127.0.0.1:$ap/readyz"
+  kcm=$(cat "$dir/kube-controller-manager.pid" 2>/dev/null || true)
+  if [ -n "$kcm" ] && ! alive "$kcm" && [ -f "$dir/kube-controller-manager.cmd" ]; then
+    log "kube-controller-manager exited meanwhile; starting it again"
+    restart_one kube-controller-manager
+  fi
+  log "control plane restarted in $(( $(date +%s) - t0 ))s (state in $dir)"
+  ;;
 env)
   print_env
   ;;
 *)
-  echo "usage: $0 up|down|env [DIR]" >&2; exit 2 ;;
+  echo "usage: $0 up|down|restart|env [DIR]" >&2; exit 2 ;;
 esac

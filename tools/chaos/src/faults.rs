@@ -1,10 +1,15 @@
 //! The fault injector: at random (seeded) moments it opens a window of API faults through
-//! the proxy, disturbs watch streams, arms a driver fault, crashes the driver, or SIGKILLs
-//! a sidecar replica. Every action is counted by kind for the report.
+//! the proxy, disturbs watch streams, arms a driver fault, crashes the driver, SIGKILLs
+//! a sidecar replica, or freezes the Lease holder (SIGSTOP) until another replica holds the
+//! Lease; and, when the run owns its control plane, it restarts kube-apiserver and etcd
+//! once or twice. Every action is counted by kind for the report.
 
 use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use csi_test_driver::GrpcCode;
 use csi_test_driver::control::Fault as DriverFault;
@@ -13,7 +18,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio_util::sync::CancellationToken;
 
-use crate::world::World;
+use crate::world::{LEASE_DURATION, Testbed, World, lease_holder};
 
 /// Well below the sidecars' 10 s `--timeout`: slow, but answered within the caller's
 /// deadline even on a loaded machine.
@@ -26,6 +31,14 @@ pub struct FaultMix {
     pub watch: bool,
     pub driver: bool,
     pub kill: bool,
+    /// SIGSTOP the replica holding the Lease until another replica holds it (at most the
+    /// lease duration + [`PAUSE_MARGIN`]), then SIGCONT. Needs two replicas or more.
+    pub pause: bool,
+    /// Restart kube-apiserver and etcd (`testbed/cluster.sh restart`) once in the load phase
+    /// (twice from 6 minutes on). Only for a control plane the run owns (`make chaos` starts
+    /// one): everyone else using it sees the outage too. [`FaultMix::all`] leaves it off;
+    /// `chaos --restart-control-plane` turns it on.
+    pub restart_control_plane: bool,
     /// Upper bound of injected driver latency. Above the sidecar's `--timeout` (10 s), a slow
     /// call is still *started* by the test driver after the caller gave up, and may then
     /// create a volume after a later call for the same name was answered and the volume
@@ -40,6 +53,8 @@ impl FaultMix {
             watch: true,
             driver: true,
             kill: true,
+            pause: true,
+            restart_control_plane: false,
             driver_latency_max: DEFAULT_DRIVER_LATENCY_MAX,
         }
     }
@@ -50,11 +65,14 @@ impl FaultMix {
             watch: false,
             driver: false,
             kill: false,
+            pause: false,
+            restart_control_plane: false,
             driver_latency_max: DEFAULT_DRIVER_LATENCY_MAX,
         }
     }
 
-    /// `api,watch,driver,kill` (any subset), `all` or `none`.
+    /// `api,watch,driver,kill,pause` (any subset), `all` or `none`. The control-plane
+    /// restart is not a family here: it is never implied by `all`.
     pub fn parse(s: &str) -> Result<FaultMix, String> {
         let mut mix = FaultMix::none();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -65,6 +83,7 @@ impl FaultMix {
                 "watch" => mix.watch = true,
                 "driver" => mix.driver = true,
                 "kill" => mix.kill = true,
+                "pause" => mix.pause = true,
                 other => return Err(format!("unknown fault family {other:?}")),
             }
         }
@@ -87,6 +106,7 @@ enum Action {
     DriverLatency,
     DriverCrash,
     SidecarKill,
+    LeaderPause,
 }
 
 impl Action {
@@ -105,6 +125,8 @@ impl Action {
             Action::DriverLatency => "driver: slow calls window",
             Action::DriverCrash => "driver: crash + restart",
             Action::SidecarKill => "sidecar: SIGKILL + restart",
+            // Logged when it starts; counted by its outcome (PAUSED, ...).
+            Action::LeaderPause => "sidecar: SIGSTOP of the Lease holder",
         }
     }
 
@@ -123,6 +145,7 @@ impl Action {
             Action::DriverLatency => 2,
             Action::DriverCrash => 1,
             Action::SidecarKill => 2,
+            Action::LeaderPause => 2,
         }
     }
 
@@ -139,11 +162,12 @@ impl Action {
             | Action::DriverLatency
             | Action::DriverCrash => mix.driver,
             Action::SidecarKill => mix.kill,
+            Action::LeaderPause => mix.pause,
         }
     }
 }
 
-const ALL_ACTIONS: [Action; 13] = [
+const ALL_ACTIONS: [Action; 14] = [
     Action::ApiError,
     Action::ApiLostResponse,
     Action::ApiSlow,
@@ -157,7 +181,41 @@ const ALL_ACTIONS: [Action; 13] = [
     Action::DriverLatency,
     Action::DriverCrash,
     Action::SidecarKill,
+    Action::LeaderPause,
 ];
+
+/// Report labels of the leader pause and the control-plane restart (counted when their
+/// outcome is known, not when they start).
+pub const PAUSED: &str = "sidecar: leader paused past its lease";
+pub const PAUSED_NO_TAKEOVER: &str = "sidecar: leader paused, Lease not taken over";
+pub const PAUSED_KILLED: &str = "sidecar: paused leader SIGKILLed while frozen";
+pub const PAUSED_EXITED: &str = "sidecar: paused leader exited after SIGCONT";
+pub const RESTARTED: &str = "control plane: kube-apiserver + etcd restarted";
+pub const RESTART_FAILED: &str = "control plane: restart FAILED";
+
+/// How long past the lease duration a frozen leader may wait for another replica to take
+/// the Lease (the others poll every second and must see it unchanged for a whole term).
+pub const PAUSE_MARGIN: Duration = Duration::from_secs(6);
+
+/// Longest time `cluster.sh restart` may take (stop, etcd, kube-apiserver `/readyz`).
+const RESTART_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// When, after the injector starts, to restart the control plane: once in a load phase
+/// shorter than 6 minutes (between 20 % and 60 % of it), twice otherwise (15–40 %, 55–75 %),
+/// so that the load goes on after it. Drawn from its own RNG: turning the restart on does
+/// not change the rest of the schedule.
+pub fn plan_restarts(seed: u64, load: Duration) -> Vec<Duration> {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xc0a7_0e57);
+    let spans: &[(f64, f64)] = if load >= Duration::from_secs(360) {
+        &[(0.15, 0.4), (0.55, 0.75)]
+    } else {
+        &[(0.2, 0.6)]
+    };
+    spans
+        .iter()
+        .map(|&(from, to)| load.mul_f64(rng.random_range(from..to)))
+        .collect()
+}
 
 /// The (verb, resource) pairs API faults aim at: everything a provisioner does.
 const TARGETS: [(&str, &str); 12] = [
@@ -178,26 +236,55 @@ const TARGETS: [(&str, &str); 12] = [
 /// Counts of injector actions, by label.
 pub type Counts = Arc<Mutex<BTreeMap<&'static str, u64>>>;
 
-/// Runs the injector until `stop` is cancelled. Returns the action counts.
+/// What the injector did.
+#[derive(Debug, Default)]
+pub struct Injected {
+    /// Actions by label.
+    pub counts: BTreeMap<&'static str, u64>,
+    /// Time spent in control-plane restarts (from the stop to `/readyz`).
+    pub control_plane_restarting: Duration,
+}
+
+fn count(counts: &Counts, label: &'static str) {
+    *counts.lock().expect("poisoned").entry(label).or_default() += 1;
+}
+
+/// Runs the injector until `stop` is cancelled. `load` is the expected length of the load
+/// phase (when to restart the control plane). Returns what it did.
 pub async fn inject(
     world: Arc<tokio::sync::Mutex<World>>,
     mix: FaultMix,
     seed: u64,
+    load: Duration,
     stop: CancellationToken,
-) -> BTreeMap<&'static str, u64> {
+) -> Injected {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_fa17);
     let latency_max = (mix.driver_latency_max.as_millis() as u64).max(501);
     let counts: Counts = Arc::default();
+    let replicas = world.lock().await.replicas.len();
     let actions: Vec<Action> = ALL_ACTIONS
         .iter()
         .copied()
         .filter(|a| a.family_enabled(&mix))
+        // Pausing the only replica would test nothing but a slow restart.
+        .filter(|a| *a != Action::LeaderPause || replicas >= 2)
         .collect();
     let total_weight: u32 = actions.iter().map(|a| a.weight()).sum();
-    if actions.is_empty() {
-        stop.cancelled().await;
-        return BTreeMap::new();
+    let mut restarts = if mix.restart_control_plane {
+        plan_restarts(seed, load)
+    } else {
+        Vec::new()
     }
+    .into_iter()
+    .peekable();
+    if actions.is_empty() && restarts.peek().is_none() {
+        stop.cancelled().await;
+        return Injected::default();
+    }
+    let started = Instant::now();
+    let restarting = Arc::new(Mutex::new(Duration::ZERO));
+    // One frozen leader at a time.
+    let pausing = Arc::new(AtomicBool::new(false));
     // Windows close by themselves; their tasks are awaited before returning so that no
     // fault outlives the injection phase.
     let mut windows = tokio::task::JoinSet::new();
@@ -206,6 +293,30 @@ pub async fn inject(
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
             _ = stop.cancelled() => break,
+        }
+        if restarts.next_if(|at| started.elapsed() >= *at).is_some() {
+            log_line(&world, "control plane: restarting kube-apiserver and etcd").await;
+            let (w, counts, restarting) = (world.clone(), counts.clone(), restarting.clone());
+            windows.spawn(async move {
+                let outcome = restart_control_plane(&w).await;
+                let line = match &outcome {
+                    Ok(took) => {
+                        *restarting.lock().expect("poisoned") += *took;
+                        count(&counts, RESTARTED);
+                        format!("{RESTARTED} in {} ms", took.as_millis())
+                    }
+                    Err(e) => {
+                        eprintln!("chaos: restarting the control plane: {e}");
+                        count(&counts, RESTART_FAILED);
+                        format!("{RESTART_FAILED}: {e}")
+                    }
+                };
+                log_line(&w, &line).await;
+            });
+            continue;
+        }
+        if actions.is_empty() {
+            continue;
         }
         let mut pick = rng.random_range(0..total_weight);
         let action = *actions
@@ -220,18 +331,167 @@ pub async fn inject(
             })
             .expect("weights cover the range");
         let window = Duration::from_millis(rng.random_range(1000..5000));
-        let done = apply(&world, action, window, latency_max, &mut rng, &mut windows).await;
+        let done = if action == Action::LeaderPause {
+            pause_leader(&world, &counts, &pausing, &stop, &mut windows).await
+        } else {
+            let done = apply(&world, action, window, latency_max, &mut rng, &mut windows).await;
+            if done {
+                count(&counts, action.label());
+            }
+            done
+        };
         log_action(&world, action, window, done).await;
-        if done {
-            *counts
-                .lock()
-                .expect("poisoned")
-                .entry(action.label())
-                .or_default() += 1;
-        }
     }
     while windows.join_next().await.is_some() {}
-    counts.lock().expect("poisoned").clone()
+    let counts = counts.lock().expect("poisoned").clone();
+    let control_plane_restarting = *restarting.lock().expect("poisoned");
+    Injected {
+        counts,
+        control_plane_restarting,
+    }
+}
+
+/// Freezes the replica that holds the Lease (SIGSTOP) and starts the task that thaws it
+/// (SIGCONT) once another replica holds the Lease, or after the lease duration +
+/// [`PAUSE_MARGIN`]. The thawed process must not act on its stale term: our sidecar's
+/// leader gate is closed by its own clock, and its next renewal finds the Lease taken and
+/// exits. False (nothing done) when a pause is under way, or no running replica holds the
+/// Lease (none elected yet, or the holder was just killed). The task counts the outcome.
+async fn pause_leader(
+    world: &Arc<tokio::sync::Mutex<World>>,
+    counts: &Counts,
+    pausing: &Arc<AtomicBool>,
+    stop: &CancellationToken,
+    windows: &mut tokio::task::JoinSet<()>,
+) -> bool {
+    if pausing.load(Ordering::SeqCst) {
+        return false;
+    }
+    let (leases, name) = world.lock().await.lease();
+    let Some(holder) = lease_holder(&leases, &name).await else {
+        return false;
+    };
+    let (index, pid) = {
+        let w = world.lock().await;
+        let holders: Vec<usize> = (0..w.replicas.len())
+            .filter(|&i| w.replicas[i].is_holder(&holder))
+            .collect();
+        let [index] = holders[..] else {
+            return false;
+        };
+        let Some(pid) = w.replicas[index].pid() else {
+            return false;
+        };
+        w.replicas[index].pause(pid);
+        (index, pid)
+    };
+    pausing.store(true, Ordering::SeqCst);
+    let (world, counts, pausing, stop) =
+        (world.clone(), counts.clone(), pausing.clone(), stop.clone());
+    windows.spawn(async move {
+        let frozen = Instant::now();
+        let deadline = frozen + LEASE_DURATION + PAUSE_MARGIN;
+        let mut successor = None;
+        while Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if let Some(h) = lease_holder(&leases, &name).await
+                && h != holder
+            {
+                successor = Some(h);
+                break;
+            }
+        }
+        let (same, log) = {
+            let w = world.lock().await;
+            let same = w.replicas[index].pid() == Some(pid);
+            w.replicas[index].cont();
+            (same, w.dir.join(format!("sidecar-{index}.log")))
+        };
+        let frozen_for = frozen.elapsed().as_millis();
+        let label = match (same, &successor) {
+            (false, _) => PAUSED_KILLED,
+            (true, Some(_)) => PAUSED,
+            (true, None) => PAUSED_NO_TAKEOVER,
+        };
+        count(&counts, label);
+        log_line(
+            &world,
+            &format!(
+                "{label}: replica {index} (pid {pid}, {holder}) frozen {frozen_for} ms, Lease now \
+                 held by {successor:?}; log {}",
+                log.display()
+            ),
+        )
+        .await;
+        // A thawed leader that lost the Lease finds out at its next renewal and exits (ours,
+        // and upstream's client-go). Watch for it for a renew deadline and some.
+        if label == PAUSED {
+            let until = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < until && !stop.is_cancelled() {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                if world.lock().await.replicas[index].pid() != Some(pid) {
+                    count(&counts, PAUSED_EXITED);
+                    log_line(&world, &format!("{PAUSED_EXITED}: replica {index}")).await;
+                    break;
+                }
+            }
+        }
+        pausing.store(false, Ordering::SeqCst);
+    });
+    true
+}
+
+/// `testbed/cluster.sh restart <dir>`: kube-apiserver and etcd stopped and started again
+/// with the same arguments (etcd keeps its data). Returns how long it took.
+async fn restart_control_plane(world: &Arc<tokio::sync::Mutex<World>>) -> Result<Duration, String> {
+    let (dir, log) = {
+        let w = world.lock().await;
+        (
+            w.testbed.dir.clone(),
+            w.dir.join("control-plane-restart.log"),
+        )
+    };
+    let dir = dir.ok_or("CSI_TESTBED_DIR is not set: the run does not know its control plane")?;
+    let script = Testbed::cluster_script();
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .map_err(|e| format!("{}: {e}", log.display()))?;
+    let err = out.try_clone().map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    let status = tokio::time::timeout(
+        RESTART_TIMEOUT,
+        tokio::process::Command::new("bash")
+            .arg(&script)
+            .arg("restart")
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .kill_on_drop(true)
+            .status(),
+    )
+    .await
+    .map_err(|_| format!("no answer within {RESTART_TIMEOUT:?}"))?
+    .map_err(|e| format!("running {}: {e}", script.display()))?;
+    if status.success() {
+        Ok(started.elapsed())
+    } else {
+        Err(format!(
+            "{} restart {} failed ({status}): {}",
+            script.display(),
+            dir.display(),
+            tail(&log, 5)
+        ))
+    }
+}
+
+/// The last `n` lines of a file, joined with ` | `.
+fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join(" | ")
 }
 
 /// Applies one action; false if it could not be (e.g. the driver was down).
@@ -411,23 +671,25 @@ async fn log_action(
     window: Duration,
     done: bool,
 ) {
-    use std::io::Write;
-    let (path, rules) = {
-        let w = world.lock().await;
-        (w.dir.join("faults.log"), w.proxy.rules())
-    };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
+    let rules = world.lock().await.proxy.rules();
     let line = format!(
-        "{}.{:03} {} window={}ms applied={} proxy_rules={:?}\n",
-        now.as_secs(),
-        now.subsec_millis(),
+        "{} window={}ms applied={} proxy_rules={:?}",
         action.label(),
         window.as_millis(),
         done,
         rules
     );
+    log_line(world, &line).await;
+}
+
+/// Appends a time-stamped line to `<work dir>/faults.log`.
+async fn log_line(world: &Arc<tokio::sync::Mutex<World>>, text: &str) {
+    use std::io::Write;
+    let path = world.lock().await.dir.join("faults.log");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let line = format!("{}.{:03} {text}\n", now.as_secs(), now.subsec_millis());
     if let Ok(mut f) = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -446,5 +708,39 @@ async fn driver_fault(
     match control {
         Ok(c) => c.set_fault(method, fault).await.is_ok(),
         Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_pauses_the_leader_but_never_restarts_the_control_plane() {
+        let all = FaultMix::all();
+        assert!(all.pause && all.kill);
+        assert!(!all.restart_control_plane);
+        assert_eq!(FaultMix::parse("all"), Ok(all));
+        let mix = FaultMix::parse("kill,pause").expect("parses");
+        assert!(mix.kill && mix.pause && !mix.api && !mix.restart_control_plane);
+        assert!(FaultMix::parse("restart").is_err());
+    }
+
+    #[test]
+    fn restarts_are_planned_inside_the_load_phase_once_or_twice() {
+        let short = Duration::from_secs(75);
+        for seed in 0..50 {
+            let plan = plan_restarts(seed, short);
+            assert_eq!(plan.len(), 1);
+            assert!(plan[0] >= short.mul_f64(0.2) && plan[0] < short.mul_f64(0.6));
+            assert_eq!(plan, plan_restarts(seed, short), "seeded");
+        }
+        let long = Duration::from_secs(900);
+        for seed in 0..50 {
+            let plan = plan_restarts(seed, long);
+            assert_eq!(plan.len(), 2);
+            assert!(plan[0] >= long.mul_f64(0.15) && plan[0] < long.mul_f64(0.4));
+            assert!(plan[1] >= long.mul_f64(0.55) && plan[1] < long.mul_f64(0.75));
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! Chaos runs against the test bed: N replicas of a sidecar (ours or upstream's), behind
 //! the fault-injecting API proxy, provisioning for the fault-injecting test driver while
-//! claims come and go, the API misbehaves, the driver fails and crashes, and sidecars are
-//! SIGKILLed. At the end an invariant checker compares the driver's ledger with the API.
+//! claims come and go, the API misbehaves, the driver fails and crashes, sidecars are
+//! SIGKILLed, the Lease holder is frozen past its lease, and (on a control plane of its
+//! own) kube-apiserver and etcd restart. At the end an invariant checker compares the driver's ledger with the API.
 //! See docs/reliability.md.
 
 pub mod check;

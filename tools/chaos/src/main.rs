@@ -26,9 +26,17 @@ struct Args {
     /// Sidecar replicas contending for the Lease.
     #[arg(long, default_value_t = 2)]
     replicas: usize,
-    /// Fault families: any of api,watch,driver,kill; or all, none.
+    /// Fault families: any of api,watch,driver,kill,pause; or all, none. `kill`: SIGKILL a
+    /// replica, restart it. `pause`: SIGSTOP the replica holding the Lease until another
+    /// holds it (at most lease + 6s), then SIGCONT (only with 2+ replicas).
     #[arg(long, default_value = "all", value_parser = FaultMix::parse)]
     faults: FaultMix,
+    /// Also restart kube-apiserver and etcd mid-run (`testbed/cluster.sh restart
+    /// $CSI_TESTBED_DIR`; once, twice from a 6-minute load phase on). Only for a control
+    /// plane this run owns: `make chaos` passes it when it starts its own. Never implied by
+    /// `--faults all`.
+    #[arg(long)]
+    restart_control_plane: bool,
     /// Upper bound of injected driver latency (above the sidecar's 10s --timeout the test
     /// driver runs requests after their caller gave up; see docs/reliability.md).
     #[arg(long, default_value = "4s", value_parser = parse_duration)]
@@ -79,6 +87,13 @@ async fn run(args: Args) -> Result<usize, String> {
         s => vec![s.parse()?],
     };
     let scenario: Option<Scenario> = args.scenario.as_deref().map(str::parse).transpose()?;
+    if args.restart_control_plane && scenario.is_none() && testbed.dir.is_none() {
+        return Err(
+            "--restart-control-plane needs CSI_TESTBED_DIR (the control plane's \
+                    directory, from `testbed/cluster.sh up`)"
+                .into(),
+        );
+    }
     let mut violations = 0;
     for sidecar in sidecars {
         let report = match scenario {
@@ -95,6 +110,7 @@ async fn run(args: Args) -> Result<usize, String> {
                     replicas: args.replicas,
                     faults: FaultMix {
                         driver_latency_max: args.driver_latency_max,
+                        restart_control_plane: args.restart_control_plane,
                         ..args.faults.clone()
                     },
                     settle: args.settle,

@@ -1,12 +1,14 @@
 //! The processes of a chaos run: sidecar replicas under a supervisor that restarts them
-//! (after a SIGKILL or a crash, like a kubelet would), and the test driver. None of them
-//! outlives the runner: each child has a watchdog that SIGKILLs it when the runner is gone.
+//! (after a SIGKILL or a crash, like a kubelet would) and can freeze them (SIGSTOP, SIGCONT),
+//! and the test driver. None of them outlives the runner: each child has a watchdog that
+//! SIGKILLs it when the runner is gone.
 
 use std::fs::OpenOptions;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use csi_test_driver::control::Client as DriverControl;
@@ -74,6 +76,28 @@ impl Proc {
         let _ = self.child.kill().await;
     }
 
+    /// The child's pid while it has not been reaped (after that, `None`: a recycled pid is
+    /// never signalled).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Sends a signal by name (`STOP`, `CONT`) with `kill(1)`; false if the child is gone or
+    /// `kill` failed.
+    pub fn signal(&self, name: &str) -> bool {
+        let Some(pid) = self.pid() else {
+            return false;
+        };
+        std::process::Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(pid.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
     pub async fn wait(&mut self) -> std::io::Result<ExitStatus> {
         let status = self.child.wait().await;
         self.disarm();
@@ -102,7 +126,21 @@ enum Order {
     Kill(Duration),
     /// SIGKILL, restart only on `Resume`.
     KillAndHold,
+    /// Restart a held replica; SIGCONT a running one (so nothing stays frozen).
     Resume,
+    /// SIGSTOP the running process if it is still this pid (a replica frozen in place: GC
+    /// pause, throttled VM); an order that arrives after a restart freezes nothing.
+    Pause(u32),
+    /// SIGCONT the running process.
+    Continue,
+}
+
+/// The running process of a replica, as far as the supervisor knows.
+#[derive(Clone, Copy, Debug, Default)]
+struct Current {
+    pid: u32,
+    /// Length of the log file when the process started: its own output begins there.
+    log_from: u64,
 }
 
 /// One sidecar replica under supervision.
@@ -110,6 +148,9 @@ pub struct Replica {
     orders: mpsc::UnboundedSender<Order>,
     pub stats: Arc<ReplicaStats>,
     task: tokio::task::JoinHandle<()>,
+    current: Arc<Mutex<Option<Current>>>,
+    identity: Option<String>,
+    log: PathBuf,
 }
 
 /// How to start a sidecar.
@@ -119,18 +160,53 @@ pub struct SidecarCommand {
     pub args: Vec<String>,
     pub env: Vec<(String, String)>,
     pub log: PathBuf,
+    /// The Lease identity every process of this replica uses, when known beforehand
+    /// (upstream's host name); otherwise it is read from the process's log.
+    pub identity: Option<String>,
 }
 
 impl Replica {
     pub fn start(command: SidecarCommand, stop: CancellationToken) -> Replica {
         let (orders, rx) = mpsc::unbounded_channel();
         let stats = Arc::new(ReplicaStats::default());
-        let task = tokio::spawn(supervise(command, rx, stats.clone(), stop));
+        let current = Arc::new(Mutex::new(None));
+        let identity = command.identity.clone();
+        let log = command.log.clone();
+        let task = tokio::spawn(supervise(command, rx, stats.clone(), current.clone(), stop));
         Replica {
             orders,
             stats,
             task,
+            current,
+            identity,
+            log,
         }
+    }
+
+    /// The pid of the running process, if one runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.current.lock().expect("poisoned").map(|c| c.pid)
+    }
+
+    /// Whether the running process uses `holder` as its Lease identity: upstream's is known
+    /// beforehand; ours (`<host>_<random>`) is logged when the process starts contending.
+    pub fn is_holder(&self, holder: &str) -> bool {
+        if holder.is_empty() {
+            return false;
+        }
+        let Some(current) = *self.current.lock().expect("poisoned") else {
+            return false;
+        };
+        if let Some(identity) = &self.identity {
+            return identity == holder;
+        }
+        // The identity is logged within the process's first lines; 4 MiB is plenty.
+        let mut text = Vec::new();
+        let read = std::fs::File::open(&self.log).and_then(|mut f| {
+            f.seek(SeekFrom::Start(current.log_from))?;
+            f.take(4 << 20).read_to_end(&mut text)
+        });
+        read.is_ok() && contains_word(&String::from_utf8_lossy(&text), holder)
     }
 
     pub fn kill(&self, restart_after: Duration) {
@@ -145,6 +221,17 @@ impl Replica {
         let _ = self.orders.send(Order::Resume);
     }
 
+    /// SIGSTOP the process `pid` if it still runs (it stays frozen until [`Replica::cont`]
+    /// or `resume`).
+    pub fn pause(&self, pid: u32) {
+        let _ = self.orders.send(Order::Pause(pid));
+    }
+
+    /// SIGCONT the running process.
+    pub fn cont(&self) {
+        let _ = self.orders.send(Order::Continue);
+    }
+
     /// Waits for the supervisor to stop (after the stop token was cancelled).
     pub async fn join(self) {
         let _ = self.task.await;
@@ -155,6 +242,7 @@ async fn supervise(
     command: SidecarCommand,
     mut orders: mpsc::UnboundedReceiver<Order>,
     stats: Arc<ReplicaStats>,
+    current: Arc<Mutex<Option<Current>>>,
     stop: CancellationToken,
 ) {
     let mut held = false;
@@ -169,6 +257,7 @@ async fn supervise(
             }
             continue;
         }
+        let log_from = std::fs::metadata(&command.log).map_or(0, |m| m.len());
         let mut proc =
             match Proc::spawn(&command.program, &command.args, &command.env, &command.log) {
                 Ok(p) => p,
@@ -181,6 +270,7 @@ async fn supervise(
                 }
             };
         stats.starts.fetch_add(1, Ordering::Relaxed);
+        *current.lock().expect("poisoned") = proc.pid().map(|pid| Current { pid, log_from });
         let pause = loop {
             tokio::select! {
                 _ = proc.wait() => {
@@ -200,8 +290,15 @@ async fn supervise(
                         held = true;
                         break Duration::ZERO;
                     }
-                    // Already running.
-                    Some(Order::Resume) => {}
+                    // Already running: make sure it is not frozen.
+                    Some(Order::Resume | Order::Continue) => {
+                        proc.signal("CONT");
+                    }
+                    Some(Order::Pause(pid)) => {
+                        if proc.pid() == Some(pid) {
+                            proc.signal("STOP");
+                        }
+                    }
                     None => {
                         proc.kill().await;
                         return;
@@ -213,11 +310,23 @@ async fn supervise(
                 }
             }
         };
+        *current.lock().expect("poisoned") = None;
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
             _ = stop.cancelled() => return,
         }
     }
+}
+
+/// Whether `word` occurs in `text` not as part of a longer identifier (an identity `a_1`
+/// must not match `a_12`).
+fn contains_word(text: &str, word: &str) -> bool {
+    let ident = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    text.match_indices(word).any(|(i, _)| {
+        let before = text[..i].chars().next_back();
+        let after = text[i + word.len()..].chars().next();
+        !before.is_some_and(ident) && !after.is_some_and(ident)
+    })
 }
 
 /// The test driver process, restartable on the same ledger.
@@ -322,5 +431,20 @@ impl Driver {
         if let Some(mut p) = self.proc.take() {
             p.kill().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::contains_word;
+
+    #[test]
+    fn an_identity_matches_only_as_a_whole_word() {
+        let log = "INFO waiting to acquire the lease identity=host_0000beef lease=ns/x\n";
+        assert!(contains_word(log, "host_0000beef"));
+        assert!(!contains_word(log, "host_0000bee"));
+        assert!(!contains_word(log, "ost_0000beef"));
+        assert!(contains_word("\"identity\":\"h_1\"", "h_1"));
+        assert!(!contains_word("identity=h_12", "h_1"));
     }
 }

@@ -141,6 +141,10 @@ impl Book {
     }
 }
 
+/// How long the runner's own requests keep being retried: longer than a control-plane
+/// restart, so that one does not make the runner lose track of a claim.
+const API_PATIENCE: Duration = Duration::from_secs(180);
+
 /// Deletes a claim after `after` (retrying API errors), records it, and counts down.
 pub(crate) fn delete_later(
     api: Api<PersistentVolumeClaim>,
@@ -150,7 +154,8 @@ pub(crate) fn delete_later(
 ) {
     tokio::spawn(async move {
         tokio::time::sleep(after).await;
-        for _ in 0..40 {
+        let until = Instant::now() + API_PATIENCE;
+        while Instant::now() < until {
             match api.delete(&name, &DeleteParams::default()).await {
                 Ok(_) => {
                     mark_deleted(&book, &name);
@@ -199,7 +204,8 @@ pub(crate) async fn create_claim(
     body: &PersistentVolumeClaim,
 ) -> Result<String, String> {
     let mut last = String::new();
-    for _ in 0..20 {
+    let until = Instant::now() + API_PATIENCE;
+    while Instant::now() < until {
         match api.create(&PostParams::default(), body).await {
             Ok(c) => return Ok(c.uid().unwrap_or_default()),
             Err(kube::Error::Api(s)) if s.code == 409 => {
@@ -475,10 +481,15 @@ pub async fn run(testbed: &Testbed, cfg: &ChaosConfig) -> Result<Report, String>
     let world = Arc::new(tokio::sync::Mutex::new(world));
 
     let stop_faults = CancellationToken::new();
+    // The load phase ends at `duration` or after `claims` at `rate`, whichever comes first.
+    let expected_load = cfg.duration.min(Duration::from_secs_f64(
+        cfg.claims as f64 / cfg.rate.max(0.01),
+    ));
     let injector = tokio::spawn(faults::inject(
         world.clone(),
         cfg.faults.clone(),
         cfg.seed,
+        expected_load,
         stop_faults.clone(),
     ));
 
@@ -534,7 +545,7 @@ pub async fn run(testbed: &Testbed, cfg: &ChaosConfig) -> Result<Report, String>
     }
     let load_time = started.elapsed();
     stop_faults.cancel();
-    let actions = injector.await.unwrap_or_default();
+    let injected = injector.await.unwrap_or_default();
     faults_off(&world).await;
     let (mut invariants, snap) = settle(&world, &book, cfg.settle).await;
     let settle_time = started.elapsed() - load_time;
@@ -569,7 +580,13 @@ pub async fn run(testbed: &Testbed, cfg: &ChaosConfig) -> Result<Report, String>
         ("settle phase", settle_time),
         ("total", started.elapsed()),
     ];
-    report.actions = actions;
+    if cfg.faults.restart_control_plane {
+        report.timing.push((
+            "control-plane restarts (stop to /readyz)",
+            injected.control_plane_restarting,
+        ));
+    }
+    report.actions = injected.counts;
     report.fill_from(&w, &leader, &snap);
     report.invariants = invariants;
     report.dir = cfg.keep_dir.then(|| w.dir.clone());

@@ -51,11 +51,16 @@ impl std::str::FromStr for Sidecar {
     }
 }
 
+/// The sidecars' `--leader-election-lease-duration`.
+pub const LEASE_DURATION: Duration = Duration::from_secs(6);
+
 /// Where the test bed is (from `testbed/cluster.sh up`'s variables).
 #[derive(Clone, Debug)]
 pub struct Testbed {
     pub kubeconfig: PathBuf,
     pub bin_dir: PathBuf,
+    /// The control plane's state directory (`CSI_TESTBED_DIR`), needed only to restart it.
+    pub dir: Option<PathBuf>,
 }
 
 impl Testbed {
@@ -70,7 +75,16 @@ impl Testbed {
         Ok(Testbed {
             kubeconfig: var("CSI_TESTBED_KUBECONFIG")?,
             bin_dir: var("CSI_TESTBED_BIN")?,
+            dir: var("CSI_TESTBED_DIR").ok(),
         })
+    }
+
+    /// `testbed/cluster.sh` of this repository (`CSI_TESTBED_CLUSTER_SH` wins).
+    pub fn cluster_script() -> PathBuf {
+        match std::env::var_os("CSI_TESTBED_CLUSTER_SH") {
+            Some(p) if !p.is_empty() => PathBuf::from(p),
+            _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testbed/cluster.sh"),
+        }
     }
 }
 
@@ -124,6 +138,7 @@ pub struct World {
     pub stop: CancellationToken,
     pub dir: PathBuf,
     pub sidecar: Sidecar,
+    pub testbed: Testbed,
     tmp: Option<tempfile::TempDir>,
 }
 
@@ -143,6 +158,15 @@ pub fn lease_name(driver: &str) -> String {
         s.push('X');
     }
     s
+}
+
+/// The Lease's holder now (`None` if unreadable or held by nobody).
+pub async fn lease_holder(leases: &Api<Lease>, name: &str) -> Option<String> {
+    let lease = leases.get_opt(name).await.ok()??;
+    lease
+        .spec
+        .and_then(|s| s.holder_identity)
+        .filter(|h| !h.is_empty())
 }
 
 pub async fn admin_client(kubeconfig: &Path) -> Result<(Client, kube::Config), String> {
@@ -237,6 +261,7 @@ impl World {
             stop,
             dir,
             sidecar: opts.sidecar,
+            testbed: testbed.clone(),
             tmp: Some(tmp),
         };
         if opts.keep_dir
@@ -265,7 +290,10 @@ impl World {
             format!("--kubeconfig={}", kubeconfig.display()),
             "--leader-election".into(),
             format!("--leader-election-namespace={}", self.ns),
-            "--leader-election-lease-duration=6s".into(),
+            format!(
+                "--leader-election-lease-duration={}s",
+                LEASE_DURATION.as_secs()
+            ),
             "--leader-election-renew-deadline=4s".into(),
             "--leader-election-retry-period=1s".into(),
             format!("--timeout={}", opts.csi_timeout),
@@ -290,6 +318,7 @@ impl World {
                 args,
                 env,
                 log,
+                identity: None,
             },
             Sidecar::Upstream => {
                 let program = testbed.bin_dir.join("csi-provisioner-upstream");
@@ -302,6 +331,7 @@ impl World {
                         args,
                         env,
                         log,
+                        identity: None,
                     }
                 } else {
                     // Upstream's Lease identity is the host name: replicas on one host
@@ -313,15 +343,17 @@ impl World {
                         "sh".into(),
                         "-c".into(),
                         "hostname \"$0\" && exec \"$@\"".into(),
-                        host,
+                        host.clone(),
                         program.display().to_string(),
                     ];
                     wrapped.extend(args);
+                    // `unshare` and `sh` exec: the sidecar keeps the pid the runner signals.
                     SidecarCommand {
                         program: PathBuf::from("unshare"),
                         args: wrapped,
                         env,
                         log,
+                        identity: Some(host),
                     }
                 }
             }
@@ -334,6 +366,11 @@ impl World {
 
     pub fn leases(&self) -> Api<Lease> {
         Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// The sidecars' Lease: the API and its name.
+    pub fn lease(&self) -> (Api<Lease>, String) {
+        (self.leases(), lease_name(&self.driver_name))
     }
 
     /// PVs of this run's driver.
