@@ -448,3 +448,50 @@ fn base64(bytes: &[u8]) -> String {
     }
     out
 }
+
+// ---------------------------------------------------------------------------
+// A secret the class names that does not exist yet: shown as upstream shows
+// it, on every attempt, before anything is written; provisioned once it exists.
+
+#[tokio::test]
+async fn a_missing_provisioner_secret_is_shown_and_nothing_is_written_until_it_exists() {
+    let rig = Rig::builder("err-nosecret")
+        .class(|c| {
+            c.param("csi.storage.k8s.io/provisioner-secret-name", "creds")
+                .param(
+                    "csi.storage.k8s.io/provisioner-secret-namespace",
+                    "${pvc.namespace}",
+                )
+        })
+        .sidecar_args(FAST)
+        .start()
+        .await;
+    rig.create_claim(rig.claim("data")).await;
+    let ns = rig.ns.name.clone();
+    let event = rig
+        .wait_claim_event(
+            "data",
+            "ProvisioningFailed",
+            &format!("error getting secret creds in namespace {ns}: secrets \"creds\" not found"),
+        )
+        .await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    // As upstream, `Provisioning` comes before the attempt that then fails.
+    rig.wait_claim_event(
+        "data",
+        "Provisioning",
+        "External provisioner is provisioning volume",
+    )
+    .await;
+    let claim = rig.claims().get("data").await.unwrap();
+    assert!(
+        !holds_intent(&claim),
+        "no intent before the request can be sent"
+    );
+    assert_eq!(rig.ledger().await.call_count("CreateVolume"), 0);
+
+    rig.create_secret("creds", &[("password", "x")]).await;
+    rig.wait_bound("data").await;
+    assert_eq!(rig.ledger().await.call_count("CreateVolume"), 1);
+    rig.cleanup().await;
+}

@@ -679,6 +679,16 @@ async fn pvc_deleted_while_create_volume_hangs_then_completes_leaves_no_volume()
         ledger.operations_of("DeleteVolume").any(|op| op.deleted),
         "and the sidecar deleted it: {ledger:#?}"
     );
+    // Upstream has no claim left to tell; ours was Terminating meanwhile and
+    // says nothing either (events go out in the background: give them time).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let events = rig.events_for(&rig.ns.name, "data").await;
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("ProvisioningSucceeded")),
+        "no success reported for a claim deleted meanwhile: {events:?}"
+    );
     rig.cleanup().await;
 }
 

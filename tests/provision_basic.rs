@@ -126,6 +126,20 @@ async fn bad_storage_class_parameters_fail_the_claim_without_a_volume() {
         )
         .await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        event.message.as_deref(),
+        Some(
+            "failed to strip CSI Parameters of prefixed keys: found unknown parameter key \"csi.storage.k8s.io/unknown-key\" with reserved namespace csi.storage.k8s.io/"
+        ),
+        "upstream's text"
+    );
+    // As upstream, the attempt is announced before it fails validation.
+    rig.wait_claim_event(
+        "data",
+        "Provisioning",
+        "External provisioner is provisioning volume",
+    )
+    .await;
     let ledger = rig.ledger().await;
     assert_eq!(ledger.call_count("CreateVolume"), 0);
     assert!(ledger.volumes.is_empty());
