@@ -48,6 +48,11 @@ pub async fn provision(
 ) -> Result<Action, ClaimError> {
     let view = ClaimView(cached);
     let uid = view.uid();
+    // The PV cache answers "saved already" for free, but only once it has
+    // listed: at start-up the claims may be listed first, and a claim whose PV
+    // exists would then cost an (idempotent) CreateVolume. Instant once ready;
+    // an error only means no cache at all (then the create finds out).
+    let _ = ctx.caches.volumes.wait_until_ready().await;
     let class = class_of(ctx, view).map_err(|e| report(ctx, cached, e))?;
     if gate(view, &class, &ctx.driver.name) != Gate::Go {
         return Ok(Action::await_change());
