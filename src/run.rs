@@ -461,7 +461,10 @@ where
     )
     .default_backoff()
     .modify(trim)
-    .inspect_ok(move |event| observe(event));
+    .inspect_ok(move |event| observe(event))
+    // The controllers drop these; an operator must see a watch that cannot
+    // list or watch (RBAC, an API outage). The watcher retries with backoff.
+    .inspect_err(|e| warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying"));
     reflector(writer, stream).applied_objects()
 }
 

@@ -42,6 +42,9 @@ use crate::provision::{self, ClaimView, PreparedVolume, ProvisionError};
 /// before the attempt is left to the next event.
 const CONFIRM_ROUNDS: usize = 3;
 
+/// How long a claim waits for the PV cache's first list.
+const PV_CACHE_WAIT: Duration = Duration::from_secs(10);
+
 pub async fn provision(
     ctx: &Context,
     cached: &PersistentVolumeClaim,
@@ -51,8 +54,10 @@ pub async fn provision(
     // The PV cache answers "saved already" for free, but only once it has
     // listed: at start-up the claims may be listed first, and a claim whose PV
     // exists would then cost an (idempotent) CreateVolume. Instant once ready;
-    // an error only means no cache at all (then the create finds out).
-    let _ = ctx.caches.volumes.wait_until_ready().await;
+    // bounded, because a PV watch that cannot list (RBAC not there yet, an API
+    // outage) must not hold provisioning: without the cache the create finds
+    // out, at the price of that CreateVolume.
+    let _ = tokio::time::timeout(PV_CACHE_WAIT, ctx.caches.volumes.wait_until_ready()).await;
     let class = class_of(ctx, view).map_err(|e| report(ctx, cached, e))?;
     if gate(view, &class, &ctx.driver.name) != Gate::Go {
         return Ok(Action::await_change());
