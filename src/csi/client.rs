@@ -137,7 +137,9 @@ impl CsiClient {
     {
         let start = Instant::now();
         let result = match tokio::time::timeout(self.timeout, fut).await {
-            Ok(r) => r.map(tonic::Response::into_inner),
+            Ok(r) => r
+                .map(tonic::Response::into_inner)
+                .map_err(transport_unavailable),
             Err(_) => Err(Status::deadline_exceeded(format!(
                 "{method} timed out after {:?}",
                 self.timeout
@@ -256,6 +258,21 @@ impl CsiClient {
 }
 
 /// gRPC code names as Go's `codes.Code.String()` spells them (metric label values).
+/// A call cut by the connection (the driver died mid-call, a reset) is, as
+/// gRPC-Go reports it, `Unavailable`: the request may have reached the driver.
+/// tonic reports it as `Unknown` with the transport error as its source, which
+/// would read as a final answer from the driver ("nothing was created").
+fn transport_unavailable(status: Status) -> Status {
+    if status.code() == Code::Unknown && std::error::Error::source(&status).is_some() {
+        Status::unavailable(format!(
+            "connection to the driver lost: {}",
+            status.message()
+        ))
+    } else {
+        status
+    }
+}
+
 pub fn code_name(code: Code) -> &'static str {
     match code {
         Code::Ok => "OK",
@@ -275,5 +292,26 @@ pub fn code_name(code: Code) -> &'static str {
         Code::Unavailable => "Unavailable",
         Code::DataLoss => "DataLoss",
         Code::Unauthenticated => "Unauthenticated",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_cut_by_the_connection_is_unavailable_not_a_final_unknown() {
+        let cut = Status::from_error(Box::new(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "connection reset",
+        )));
+        assert_eq!(cut.code(), Code::Unknown, "how tonic reports it");
+        let seen = transport_unavailable(cut);
+        assert_eq!(seen.code(), Code::Unavailable);
+        assert!(crate::csi::classify(seen.code(), false).volume_may_exist());
+
+        // The driver's own Unknown stays what the driver said.
+        let driver = Status::unknown("backend said so");
+        assert_eq!(transport_unavailable(driver).code(), Code::Unknown);
     }
 }

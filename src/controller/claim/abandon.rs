@@ -154,7 +154,11 @@ async fn find_volume(
                 ClaimError::create_volume(s, crate::csi::CsiErrorClass::Final).to_string(),
             ),
         )),
-        Err(s) if !classify(s.code(), false).volume_may_exist() => Ok(None),
+        // The request itself is refused: no call with it can have made a volume.
+        Err(s) if s.code() == Code::InvalidArgument => Ok(None),
+        // Any other error says nothing about a volume an earlier call may have
+        // made (that call may have timed out after creating it): try again,
+        // the claim waits. Letting it go now could leak that volume.
         Err(s) => {
             let class = classify(s.code(), false);
             Err(ClaimError::create_volume(s, class))

@@ -901,3 +901,41 @@ fn resources_are_named_without_their_namespace() {
     );
     let _ = ClaimView(&claim());
 }
+
+#[tokio::test]
+async fn a_cleanup_whose_create_volume_fails_keeps_the_claim_until_it_can_tell() {
+    use GrpcCode::*;
+    // (driver's answer to the cleanup's CreateVolume, the claim may go)
+    for (code, released) in [
+        (Internal, false),
+        (Unknown, false),
+        (ResourceExhausted, false),
+        (Unavailable, false),
+        (DeadlineExceeded, false),
+        (InvalidArgument, true),
+    ] {
+        let d = deleted();
+        let mut steps = vec![
+            (get_pv(), Reply::Status(404)),
+            (GET_CLAIM, claim_object(&d)),
+        ];
+        if released {
+            steps.push((RELEASE, claim_object(&d)));
+        }
+        let rig = Rig::basic(steps).await;
+        rig.driver
+            .set_fault(
+                "CreateVolume",
+                Fault::Error {
+                    code,
+                    count: 1,
+                    message: None,
+                },
+            )
+            .await
+            .unwrap();
+        let r = rig.abandon(&d).await;
+        assert_eq!(r.is_ok(), released, "{code:?}: {r:?}");
+        rig.assert_script_done();
+    }
+}
