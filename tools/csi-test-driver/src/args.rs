@@ -25,6 +25,8 @@ pub const SUPPORTED_CAPABILITIES: &[ControllerCapability] = &[
     ControllerCapability::GetVolume,
     ControllerCapability::SingleNodeMultiWriter,
     ControllerCapability::ModifyVolume,
+    ControllerCapability::CreateDeleteSnapshot,
+    ControllerCapability::ListSnapshots,
 ];
 
 /// A fault-injecting CSI driver for tests, with a durable ledger of every volume it holds.
@@ -165,7 +167,11 @@ mod tests {
                 ControllerCapability::PublishUnpublishVolume
             ]
         );
-        assert!(parse(&["CREATE_DELETE_SNAPSHOT"]).is_err());
+        assert_eq!(
+            parse(&["+CREATE_DELETE_SNAPSHOT"]).unwrap()[3..],
+            [ControllerCapability::CreateDeleteSnapshot]
+        );
+        assert!(parse(&["EXPAND_VOLUME"]).is_err());
         assert!(parse(&["LIST_VOLUMES", "+CLONE_VOLUME"]).is_err());
         assert!(parse(&["NOPE"]).is_err());
     }

@@ -64,6 +64,10 @@ pub enum Fault {
     /// volume, record it, and then answer `DEADLINE_EXCEEDED`, like a backend that finished
     /// after the caller gave up.
     CreateThenDeadlineExceeded { count: u32 },
+    /// `CreateVolume` only: the next `count` calls that succeed answer with `capacity_bytes`
+    /// set to `bytes` (0: "unknown", or less than asked) while the volume keeps its real
+    /// size, like a backend that rounds down or does not report sizes.
+    CreateReportsCapacity { bytes: i64, count: u32 },
     /// Every call blocks until a `release` command for this method.
     Hang,
 }

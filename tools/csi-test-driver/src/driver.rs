@@ -16,9 +16,8 @@ use csi_proto::v1::controller_service_capability::rpc::Type as ControllerCapabil
 use csi_proto::v1::volume_capability::access_mode::Mode as AccessMode;
 use tonic::{Request, Response, Status};
 
-use crate::code::GrpcCode;
 use crate::faults::{FaultTable, Verdict};
-use crate::ledger::{ContentSource, Ledger, OperationRecord, VolumeRecord, now_ms};
+use crate::ledger::{ContentSource, Ledger, OperationRecord, SnapshotRecord, VolumeRecord, now_ms};
 
 /// Size given to a volume whose request has no capacity range.
 pub const DEFAULT_VOLUME_SIZE: i64 = 1 << 30;
@@ -308,18 +307,7 @@ impl Driver {
         self.require(ControllerCapability::CreateDeleteVolume)?;
         let mut ledger = self.ledger();
         let outcome = self.create_or_find(&mut ledger, &req);
-        let mut record = OperationRecord {
-            method: "CreateVolume".into(),
-            name: Some(req.name.clone()),
-            volume_id: None,
-            code: GrpcCode::Ok,
-            message: String::new(),
-            injected: false,
-            created: false,
-            deleted: false,
-            secret_keys: Vec::new(),
-            at_ms: now_ms(),
-        };
+        let mut record = OperationRecord::new("CreateVolume", Some(req.name.clone()), None);
         let result = match outcome {
             Ok((volume, created)) => {
                 record.volume_id = Some(volume.volume_id.clone());
@@ -331,8 +319,17 @@ impl Driver {
                         volume.volume_id
                     )))
                 } else {
+                    let mut message = self.volume_message(&volume);
+                    if let Some(bytes) = self.faults.take_reported_capacity() {
+                        record.message = format!(
+                            "injected fault: reported capacity {bytes} instead of {}",
+                            volume.capacity_bytes
+                        );
+                        record.injected = true;
+                        message.capacity_bytes = bytes;
+                    }
                     Ok(v1::CreateVolumeResponse {
-                        volume: Some(self.volume_message(&volume)),
+                        volume: Some(message),
                     })
                 }
             }
@@ -422,10 +419,21 @@ impl Driver {
         };
         match &content_source {
             Some(ContentSource::Snapshot { snapshot_id }) => {
-                // This driver holds no snapshots, so every snapshot id is unknown.
-                return Err(Status::not_found(format!(
-                    "snapshot {snapshot_id:?} not found"
-                )));
+                if !self.has(ControllerCapability::CreateDeleteSnapshot) {
+                    return Err(Status::invalid_argument(
+                        "restoring a snapshot needs the CREATE_DELETE_SNAPSHOT capability",
+                    ));
+                }
+                let source = ledger.snapshots.get(snapshot_id).ok_or_else(|| {
+                    Status::not_found(format!("snapshot {snapshot_id:?} not found"))
+                })?;
+                size = size.max(source.size_bytes);
+                if limit > 0 && size > limit {
+                    return Err(Status::out_of_range(format!(
+                        "snapshot has {} bytes, more than limit_bytes {limit}",
+                        source.size_bytes
+                    )));
+                }
             }
             Some(ContentSource::Volume { volume_id }) => {
                 if !self.has(ControllerCapability::CloneVolume) {
@@ -527,18 +535,8 @@ impl Driver {
     ) -> Result<v1::DeleteVolumeResponse, Status> {
         self.require(ControllerCapability::CreateDeleteVolume)?;
         let mut ledger = self.ledger();
-        let mut record = OperationRecord {
-            method: "DeleteVolume".into(),
-            name: None,
-            volume_id: Some(req.volume_id.clone()),
-            code: GrpcCode::Ok,
-            message: String::new(),
-            injected: false,
-            created: false,
-            deleted: false,
-            secret_keys: secret_keys(&req.secrets),
-            at_ms: now_ms(),
-        };
+        let mut record = OperationRecord::new("DeleteVolume", None, Some(req.volume_id.clone()));
+        record.secret_keys = secret_keys(&req.secrets);
         let result = if req.volume_id.is_empty() {
             Err(Status::invalid_argument("volume_id is required"))
         } else {
@@ -575,7 +573,8 @@ impl Driver {
         result
     }
 
-    /// Records a CreateVolume/DeleteVolume call that an injected fault answered.
+    /// Records a create or delete call (of a volume or a snapshot) that an injected fault
+    /// answered.
     fn record_injected(
         &self,
         method: &str,
@@ -584,18 +583,11 @@ impl Driver {
         status: &Status,
     ) {
         let mut ledger = self.ledger();
-        ledger.operations.push(OperationRecord {
-            method: method.to_string(),
-            name,
-            volume_id,
-            code: status.code().into(),
-            message: status.message().to_string(),
-            injected: true,
-            created: false,
-            deleted: false,
-            secret_keys: Vec::new(),
-            at_ms: now_ms(),
-        });
+        let mut record = OperationRecord::new(method, name, volume_id);
+        record.code = status.code().into();
+        record.message = status.message().to_string();
+        record.injected = true;
+        ledger.operations.push(record);
         if let Err(err) = self.persist(&ledger) {
             tracing::error!(%err, "cannot record an injected fault");
         }
@@ -714,52 +706,28 @@ impl Driver {
 
     fn list_volumes(&self, req: v1::ListVolumesRequest) -> Result<v1::ListVolumesResponse, Status> {
         self.require(ControllerCapability::ListVolumes)?;
-        if req.max_entries < 0 {
-            return Err(Status::invalid_argument("max_entries must not be negative"));
-        }
-        let after = if req.starting_token.is_empty() {
-            None
-        } else {
-            Some(
-                req.starting_token
-                    .strip_prefix(TOKEN_PREFIX)
-                    .ok_or_else(|| {
-                        Status::aborted(format!("invalid starting_token {:?}", req.starting_token))
-                    })?
-                    .to_string(),
-            )
-        };
+        let after = starting_after(req.max_entries, &req.starting_token)?;
         let ledger = self.ledger();
         // Tokens name the last volume returned, so deleting volumes between pages never
         // invalidates a token or repeats an entry.
-        let remaining = ledger.volumes.values().filter(|v| match &after {
-            Some(after) => v.volume_id.as_str() > after.as_str(),
-            None => true,
+        let remaining = ledger.volumes.values().filter(|v| {
+            after
+                .as_ref()
+                .is_none_or(|after| v.volume_id.as_str() > after.as_str())
         });
-        let limit = if req.max_entries == 0 {
-            usize::MAX
-        } else {
-            req.max_entries as usize
-        };
-        let mut entries = Vec::new();
-        let mut next_token = String::new();
-        for volume in remaining {
-            if entries.len() == limit {
-                next_token = format!("{TOKEN_PREFIX}{}", last_id(&entries));
-                break;
-            }
-            entries.push(v1::list_volumes_response::Entry {
-                volume: Some(self.volume_message(volume)),
-                status: self
-                    .has(ControllerCapability::ListVolumesPublishedNodes)
-                    .then(|| v1::list_volumes_response::VolumeStatus {
+        let (page, next_token) = paginate(remaining, req.max_entries, |v| &v.volume_id);
+        let published_nodes = self.has(ControllerCapability::ListVolumesPublishedNodes);
+        Ok(v1::ListVolumesResponse {
+            entries: page
+                .into_iter()
+                .map(|volume| v1::list_volumes_response::Entry {
+                    volume: Some(self.volume_message(volume)),
+                    status: published_nodes.then(|| v1::list_volumes_response::VolumeStatus {
                         published_node_ids: volume.published_nodes.keys().cloned().collect(),
                         volume_condition: None,
                     }),
-            });
-        }
-        Ok(v1::ListVolumesResponse {
-            entries,
+                })
+                .collect(),
             next_token,
         })
     }
@@ -898,6 +866,137 @@ impl Driver {
         Ok(v1::NodeUnpublishVolumeResponse {})
     }
 
+    // ---- Controller: snapshots -------------------------------------------------------------
+
+    fn create_snapshot(
+        &self,
+        req: v1::CreateSnapshotRequest,
+    ) -> Result<v1::CreateSnapshotResponse, Status> {
+        self.require(ControllerCapability::CreateDeleteSnapshot)?;
+        let mut ledger = self.ledger();
+        let outcome = Self::create_or_find_snapshot(&mut ledger, &req);
+        let mut record = OperationRecord::new("CreateSnapshot", Some(req.name.clone()), None);
+        let result = match outcome {
+            Ok((snapshot, created)) => {
+                record.volume_id = Some(snapshot.snapshot_id.clone());
+                record.created = created;
+                Ok(v1::CreateSnapshotResponse {
+                    snapshot: Some(snapshot_message(&snapshot)),
+                })
+            }
+            Err(status) => {
+                record.code = status.code().into();
+                record.message = status.message().to_string();
+                Err(status)
+            }
+        };
+        tracing::info!(
+            name = %req.name,
+            snapshot_id = record.volume_id.as_deref().unwrap_or(""),
+            code = %record.code,
+            created = record.created,
+            "CreateSnapshot"
+        );
+        ledger.operations.push(record);
+        self.persist(&ledger)?;
+        result
+    }
+
+    /// The CreateSnapshot decision: the snapshot of that name, or a new one of the source
+    /// volume as it is now. Returns the snapshot and whether this call took it.
+    fn create_or_find_snapshot(
+        ledger: &mut Ledger,
+        req: &v1::CreateSnapshotRequest,
+    ) -> Result<(SnapshotRecord, bool), Status> {
+        if req.name.is_empty() {
+            return Err(Status::invalid_argument("name is required"));
+        }
+        if req.source_volume_id.is_empty() {
+            return Err(Status::invalid_argument("source_volume_id is required"));
+        }
+        if let Some(existing) = ledger.snapshot_by_name(&req.name) {
+            if existing.source_volume_id != req.source_volume_id {
+                return Err(Status::already_exists(format!(
+                    "snapshot {:?} exists for volume {}, not {}",
+                    req.name, existing.source_volume_id, req.source_volume_id
+                )));
+            }
+            return Ok((existing.clone(), false));
+        }
+        let source = ledger.volumes.get(&req.source_volume_id).ok_or_else(|| {
+            Status::not_found(format!(
+                "source volume {:?} not found",
+                req.source_volume_id
+            ))
+        })?;
+        let seq = ledger.next_snapshot_seq;
+        ledger.next_snapshot_seq += 1;
+        let snapshot = SnapshotRecord {
+            snapshot_id: format!("snap-{seq:06}-{:08x}", rand::random::<u32>()),
+            name: req.name.clone(),
+            source_volume_id: req.source_volume_id.clone(),
+            size_bytes: source.capacity_bytes,
+            parameters: sorted(&req.parameters),
+            secret_keys: secret_keys(&req.secrets),
+            created_at_ms: now_ms(),
+        };
+        ledger
+            .snapshots
+            .insert(snapshot.snapshot_id.clone(), snapshot.clone());
+        Ok((snapshot, true))
+    }
+
+    fn delete_snapshot(
+        &self,
+        req: v1::DeleteSnapshotRequest,
+    ) -> Result<v1::DeleteSnapshotResponse, Status> {
+        self.require(ControllerCapability::CreateDeleteSnapshot)?;
+        if req.snapshot_id.is_empty() {
+            return Err(Status::invalid_argument("snapshot_id is required"));
+        }
+        let mut ledger = self.ledger();
+        let mut record =
+            OperationRecord::new("DeleteSnapshot", None, Some(req.snapshot_id.clone()));
+        record.secret_keys = secret_keys(&req.secrets);
+        // Deleting what does not exist is success: DeleteSnapshot is idempotent.
+        if let Some(snapshot) = ledger.snapshots.remove(&req.snapshot_id) {
+            record.name = Some(snapshot.name);
+            record.deleted = true;
+        }
+        tracing::info!(snapshot_id = %req.snapshot_id, deleted = record.deleted, "DeleteSnapshot");
+        ledger.operations.push(record);
+        self.persist(&ledger)?;
+        Ok(v1::DeleteSnapshotResponse {})
+    }
+
+    fn list_snapshots(
+        &self,
+        req: v1::ListSnapshotsRequest,
+    ) -> Result<v1::ListSnapshotsResponse, Status> {
+        self.require(ControllerCapability::ListSnapshots)?;
+        let after = starting_after(req.max_entries, &req.starting_token)?;
+        let ledger = self.ledger();
+        // Tokens name the last snapshot returned, as for ListVolumes. A filter that matches
+        // nothing is an empty list, not an error (the spec says so for an unknown id).
+        let matching = ledger.snapshots.values().filter(|s| {
+            (req.snapshot_id.is_empty() || s.snapshot_id == req.snapshot_id)
+                && (req.source_volume_id.is_empty() || s.source_volume_id == req.source_volume_id)
+                && after
+                    .as_ref()
+                    .is_none_or(|after| s.snapshot_id.as_str() > after.as_str())
+        });
+        let (page, next_token) = paginate(matching, req.max_entries, |s| &s.snapshot_id);
+        Ok(v1::ListSnapshotsResponse {
+            entries: page
+                .into_iter()
+                .map(|s| v1::list_snapshots_response::Entry {
+                    snapshot: Some(snapshot_message(s)),
+                })
+                .collect(),
+            next_token,
+        })
+    }
+
     // ---- helpers ---------------------------------------------------------------------------
 
     fn volume_message(&self, volume: &VolumeRecord) -> v1::Volume {
@@ -941,12 +1040,62 @@ fn sorted(map: &HashMap<String, String>) -> BTreeMap<String, String> {
     map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
-fn last_id(entries: &[v1::list_volumes_response::Entry]) -> &str {
-    entries
-        .last()
-        .and_then(|e| e.volume.as_ref())
-        .map(|v| v.volume_id.as_str())
-        .unwrap_or_default()
+/// The id after which a List call continues: `None` for the first page. A token is
+/// `after:<last id returned>`; anything else is ABORTED, as the spec asks.
+fn starting_after(max_entries: i32, token: &str) -> Result<Option<String>, Status> {
+    if max_entries < 0 {
+        return Err(Status::invalid_argument("max_entries must not be negative"));
+    }
+    if token.is_empty() {
+        return Ok(None);
+    }
+    token
+        .strip_prefix(TOKEN_PREFIX)
+        .map(|id| Some(id.to_string()))
+        .ok_or_else(|| Status::aborted(format!("invalid starting_token {token:?}")))
+}
+
+/// One page of `items` (already in id order, after the token) of at most `max_entries`
+/// (0: all), and the token of the next page (empty when this is the last).
+fn paginate<'a, T>(
+    items: impl Iterator<Item = &'a T>,
+    max_entries: i32,
+    id: impl Fn(&T) -> &String,
+) -> (Vec<&'a T>, String) {
+    let limit = if max_entries <= 0 {
+        usize::MAX
+    } else {
+        max_entries as usize
+    };
+    let mut items = items.peekable();
+    let mut page = Vec::new();
+    while page.len() < limit {
+        match items.next() {
+            Some(item) => page.push(item),
+            None => break,
+        }
+    }
+    let next_token = match (items.peek(), page.last()) {
+        (Some(_), Some(last)) => format!("{TOKEN_PREFIX}{}", id(last)),
+        _ => String::new(),
+    };
+    (page, next_token)
+}
+
+/// The CSI message for a snapshot; this driver's snapshots are ready as soon as taken.
+fn snapshot_message(snapshot: &SnapshotRecord) -> v1::Snapshot {
+    let millis = snapshot.created_at_ms as i64;
+    v1::Snapshot {
+        size_bytes: snapshot.size_bytes,
+        snapshot_id: snapshot.snapshot_id.clone(),
+        source_volume_id: snapshot.source_volume_id.clone(),
+        creation_time: Some(prost_types::Timestamp {
+            seconds: millis / 1000,
+            nanos: ((millis % 1000) * 1_000_000) as i32,
+        }),
+        ready_to_use: true,
+        group_snapshot_id: String::new(),
+    }
 }
 
 fn content_source_of(
@@ -1117,19 +1266,43 @@ impl v1::controller_server::Controller for CsiService {
         &self,
         r: Request<v1::CreateSnapshotRequest>,
     ) -> Reply<v1::CreateSnapshotResponse> {
-        self.0.serve("CreateSnapshot", r, unimplemented, None).await
+        let name = r.get_ref().name.clone();
+        let on_injected: OnInjected = Box::new(move |driver, status| {
+            driver.record_injected("CreateSnapshot", Some(name), None, status)
+        });
+        self.0
+            .serve(
+                "CreateSnapshot",
+                r,
+                Driver::create_snapshot,
+                Some(on_injected),
+            )
+            .await
     }
     async fn delete_snapshot(
         &self,
         r: Request<v1::DeleteSnapshotRequest>,
     ) -> Reply<v1::DeleteSnapshotResponse> {
-        self.0.serve("DeleteSnapshot", r, unimplemented, None).await
+        let snapshot_id = r.get_ref().snapshot_id.clone();
+        let on_injected: OnInjected = Box::new(move |driver, status| {
+            driver.record_injected("DeleteSnapshot", None, Some(snapshot_id), status)
+        });
+        self.0
+            .serve(
+                "DeleteSnapshot",
+                r,
+                Driver::delete_snapshot,
+                Some(on_injected),
+            )
+            .await
     }
     async fn list_snapshots(
         &self,
         r: Request<v1::ListSnapshotsRequest>,
     ) -> Reply<v1::ListSnapshotsResponse> {
-        self.0.serve("ListSnapshots", r, unimplemented, None).await
+        self.0
+            .serve("ListSnapshots", r, Driver::list_snapshots, None)
+            .await
     }
     async fn get_snapshot(
         &self,

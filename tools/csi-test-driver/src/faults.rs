@@ -57,6 +57,8 @@ struct MethodFaults {
     fail_next: Option<(GrpcCode, u32, Option<String>)>,
     fail_probability: Option<(GrpcCode, f64)>,
     deadline_after_create: u32,
+    /// Capacity to report instead of the real one, for this many more calls.
+    reported_capacity: Option<(i64, u32)>,
     hang: bool,
     /// Calls currently waiting on `release`.
     hung: u64,
@@ -138,6 +140,15 @@ impl FaultTable {
                     return Err("create_then_deadline_exceeded applies to CreateVolume only".into());
                 }
                 faults.deadline_after_create = count;
+            }
+            Fault::CreateReportsCapacity { bytes, count } => {
+                if method != "CreateVolume" {
+                    return Err("create_reports_capacity applies to CreateVolume only".into());
+                }
+                if bytes < 0 {
+                    return Err(format!("reported capacity {bytes} is negative"));
+                }
+                faults.reported_capacity = (count > 0).then_some((bytes, count));
             }
             Fault::Hang => faults.hang = true,
         }
@@ -252,6 +263,20 @@ impl FaultTable {
             }
             _ => false,
         }
+    }
+
+    /// For a `CreateVolume` call that succeeded: the capacity to report instead of the real
+    /// one, if a `create_reports_capacity` fault is armed (consuming one of its calls).
+    pub fn take_reported_capacity(&self) -> Option<i64> {
+        let mut inner = self.lock();
+        let faults = inner.methods.get_mut("CreateVolume")?;
+        let (bytes, remaining) = faults.reported_capacity.as_mut()?;
+        let bytes = *bytes;
+        *remaining -= 1;
+        if *remaining == 0 {
+            faults.reported_capacity = None;
+        }
+        Some(bytes)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -372,5 +397,18 @@ mod tests {
             .unwrap();
         assert!(table.take_deadline_after_create());
         assert!(!table.take_deadline_after_create());
+    }
+
+    #[test]
+    fn reported_capacity_applies_to_the_next_calls_only() {
+        let table = FaultTable::new(1);
+        let fault = |bytes, count| Fault::CreateReportsCapacity { bytes, count };
+        assert!(table.set("DeleteVolume", fault(0, 1)).is_err());
+        assert!(table.set("CreateVolume", fault(-1, 1)).is_err());
+        assert_eq!(table.take_reported_capacity(), None);
+        table.set("CreateVolume", fault(1024, 2)).unwrap();
+        assert_eq!(table.take_reported_capacity(), Some(1024));
+        assert_eq!(table.take_reported_capacity(), Some(1024));
+        assert_eq!(table.take_reported_capacity(), None);
     }
 }

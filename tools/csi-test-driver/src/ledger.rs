@@ -35,6 +35,12 @@ pub struct Ledger {
     pub next_volume_seq: u64,
     /// How many times a driver process has started on this ledger.
     pub starts: u64,
+    /// Snapshots that currently exist, by snapshot id.
+    #[serde(default)]
+    pub snapshots: BTreeMap<String, SnapshotRecord>,
+    /// Sequence number of the next snapshot id; never reused, like `next_volume_seq`.
+    #[serde(default)]
+    pub next_snapshot_seq: u64,
 }
 
 /// A volume held by the driver.
@@ -62,6 +68,22 @@ pub struct VolumeRecord {
     pub created_at_ms: u64,
 }
 
+/// A snapshot held by the driver: a point-in-time copy of a volume, which outlives it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotRecord {
+    pub snapshot_id: String,
+    /// The `CreateSnapshot` name (the caller's idempotency key).
+    pub name: String,
+    pub source_volume_id: String,
+    /// The source volume's size when the snapshot was taken; a restore is at least this big.
+    pub size_bytes: i64,
+    pub parameters: BTreeMap<String, String>,
+    /// Keys of the secrets sent with the creating call; the values are never recorded.
+    pub secret_keys: Vec<String>,
+    /// Milliseconds since the Unix epoch.
+    pub created_at_ms: u64,
+}
+
 /// What a volume was pre-populated from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -70,22 +92,24 @@ pub enum ContentSource {
     Volume { volume_id: String },
 }
 
-/// One finished `CreateVolume` or `DeleteVolume` call.
+/// One finished `CreateVolume`, `DeleteVolume`, `CreateSnapshot` or `DeleteSnapshot` call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OperationRecord {
-    /// `CreateVolume` or `DeleteVolume`.
+    /// `CreateVolume`, `DeleteVolume`, `CreateSnapshot` or `DeleteSnapshot`.
     pub method: String,
-    /// The requested name (CreateVolume only).
+    /// The requested name (the create calls only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// The volume created or found (CreateVolume) or the id asked for (DeleteVolume).
+    /// The volume (or, for the snapshot calls, snapshot) created or found, or the id asked
+    /// to delete.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_id: Option<String>,
     /// The code the caller received.
     pub code: GrpcCode,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
-    /// True when `code` came from an injected fault rather than from the driver's logic.
+    /// True when an injected fault shaped the answer: its `code`, or (`CreateReportsCapacity`)
+    /// the capacity it reported.
     #[serde(default)]
     pub injected: bool,
     /// True when this call created a new volume (as opposed to finding an existing one or
@@ -93,7 +117,7 @@ pub struct OperationRecord {
     /// `code: DEADLINE_EXCEEDED`.
     #[serde(default)]
     pub created: bool,
-    /// True when this call removed a volume that existed.
+    /// True when this call removed a volume (or snapshot) that existed.
     #[serde(default)]
     pub deleted: bool,
     /// Keys of the secrets the call carried (DeleteVolume; a created volume
@@ -102,6 +126,25 @@ pub struct OperationRecord {
     pub secret_keys: Vec<String>,
     /// Milliseconds since the Unix epoch.
     pub at_ms: u64,
+}
+
+impl OperationRecord {
+    /// A successful call of `method` on `name` / `id`, finishing now; the caller fills in
+    /// what happened.
+    pub fn new(method: &str, name: Option<String>, id: Option<String>) -> Self {
+        OperationRecord {
+            method: method.to_string(),
+            name,
+            volume_id: id,
+            code: GrpcCode::Ok,
+            message: String::new(),
+            injected: false,
+            created: false,
+            deleted: false,
+            secret_keys: Vec::new(),
+            at_ms: now_ms(),
+        }
+    }
 }
 
 impl Ledger {
@@ -133,6 +176,11 @@ impl Ledger {
     /// The volume created under `name`, if it still exists.
     pub fn volume_by_name(&self, name: &str) -> Option<&VolumeRecord> {
         self.volumes.values().find(|v| v.name == name)
+    }
+
+    /// The snapshot created under `name`, if it still exists.
+    pub fn snapshot_by_name(&self, name: &str) -> Option<&SnapshotRecord> {
+        self.snapshots.values().find(|s| s.name == name)
     }
 
     /// Total bytes held by existing volumes.

@@ -31,14 +31,19 @@ fn csi_sanity_binary() -> PathBuf {
 
 /// Runs csi-sanity (Node Service excluded: this driver has no node plugin) and returns its
 /// pass and fail counts, failing the test with the full output when it does not succeed.
-async fn run_csi_sanity(options: DriverOptions) -> (u32, u32) {
+/// `focus`, when given, runs only the specs whose description matches it.
+async fn run_csi_sanity(options: DriverOptions, focus: Option<&str>) -> (u32, u32) {
     let binary = csi_sanity_binary();
     let h = Harness::start_with(options).await;
     // csi-sanity insists on creating these directories itself.
     let mount_dir = h.dir.path().join("mnt");
     let staging_dir = h.dir.path().join("stg");
 
-    let run = tokio::process::Command::new(&binary)
+    let mut command = tokio::process::Command::new(&binary);
+    if let Some(focus) = focus {
+        command.arg(format!("--ginkgo.focus={focus}"));
+    }
+    let run = command
         .arg(format!("--csi.endpoint={}", h.driver.endpoint.display()))
         .arg(format!("--csi.mountdir={}", mount_dir.display()))
         .arg(format!("--csi.stagingdir={}", staging_dir.display()))
@@ -74,32 +79,52 @@ fn summary(output: &str) -> Option<(u32, u32)> {
 
 #[tokio::test]
 async fn csi_sanity_passes_with_default_capabilities() {
-    let (passed, failed) = run_csi_sanity(DriverOptions::default()).await;
+    let (passed, failed) = run_csi_sanity(DriverOptions::default(), None).await;
     assert_eq!(failed, 0);
     assert!(passed >= 15, "only {passed} csi-sanity specs ran");
 }
 
 #[tokio::test]
 async fn csi_sanity_passes_with_every_capability_and_topology() {
-    let (passed, failed) = run_csi_sanity(DriverOptions {
-        topology: Some(("topology.test.csi.example.com/zone".into(), "z1".into())),
-        capabilities: [
-            "+PUBLISH_UNPUBLISH_VOLUME",
-            "+CLONE_VOLUME",
-            "+PUBLISH_READONLY",
-            "+LIST_VOLUMES_PUBLISHED_NODES",
-            "+GET_VOLUME",
-            "+SINGLE_NODE_MULTI_WRITER",
-            "+MODIFY_VOLUME",
-        ]
-        .map(String::from)
-        .to_vec(),
-        ..DriverOptions::default()
-    })
+    let (passed, failed) = run_csi_sanity(
+        DriverOptions {
+            topology: Some(("topology.test.csi.example.com/zone".into(), "z1".into())),
+            capabilities: [
+                "+PUBLISH_UNPUBLISH_VOLUME",
+                "+CLONE_VOLUME",
+                "+PUBLISH_READONLY",
+                "+LIST_VOLUMES_PUBLISHED_NODES",
+                "+GET_VOLUME",
+                "+SINGLE_NODE_MULTI_WRITER",
+                "+MODIFY_VOLUME",
+                "+CREATE_DELETE_SNAPSHOT",
+                "+LIST_SNAPSHOTS",
+            ]
+            .map(String::from)
+            .to_vec(),
+            ..DriverOptions::default()
+        },
+        None,
+    )
     .await;
     assert_eq!(failed, 0);
-    // Publishing, cloning and the lifecycle specs run only with these capabilities.
-    assert!(passed >= 30, "only {passed} csi-sanity specs ran");
+    // Publishing, cloning, snapshot and the lifecycle specs run only with these capabilities.
+    assert!(passed >= 55, "only {passed} csi-sanity specs ran");
+}
+
+#[tokio::test]
+async fn csi_sanity_snapshot_specs_pass() {
+    let options = DriverOptions {
+        capabilities: ["+CREATE_DELETE_SNAPSHOT", "+LIST_SNAPSHOTS"]
+            .map(String::from)
+            .to_vec(),
+        ..DriverOptions::default()
+    };
+    let (passed, failed) = run_csi_sanity(options, Some("Snapshot")).await;
+    assert_eq!(failed, 0);
+    // CreateSnapshot, DeleteSnapshot, ListSnapshots and restore from a snapshot: without the
+    // capabilities these specs are skipped and the count drops to zero.
+    assert!(passed >= 15, "only {passed} snapshot specs ran");
 }
 
 #[test]
