@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Local Kubernetes control plane for tests: etcd, kube-apiserver and
 # kube-controller-manager (PV binder, PV/PVC protection, namespace controllers)
-# on free loopback ports, all state in one directory.
+# on free loopback ports, all state in one directory; the VolumeSnapshot and
+# ReferenceGrant CRDs installed and the snapshot-controller running (the
+# per-driver csi-snapshotter sidecar is started by the tests that need it).
 #
 #   testbed/cluster.sh up [DIR]     start; prints `export ...` lines to eval
 #   testbed/cluster.sh down [DIR]   stop exactly what `up` started, remove DIR
@@ -117,7 +119,7 @@ print_env() {
 stop_all() {
   [ -d "$dir" ] || return 0
   local pids=()
-  for f in "$dir"/watchdog.pid "$dir"/kube-controller-manager.pid "$dir"/kube-apiserver.pid "$dir"/etcd.pid; do
+  for f in "$dir"/watchdog.pid "$dir"/snapshot-controller.pid "$dir"/kube-controller-manager.pid "$dir"/kube-apiserver.pid "$dir"/etcd.pid; do
     [ -f "$f" ] && pids+=("$(cat "$f")")
   done
   for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null || true; done
@@ -208,6 +210,25 @@ EOF
     --pvclaimbinder-sync-period=2s --kube-api-qps=500 --kube-api-burst=1000 --v=2
   sleep 1
   kill -0 "$(cat "$dir/kube-controller-manager.pid")" || { log "kube-controller-manager exited"; tail -20 "$dir/kube-controller-manager.log" >&2; false; }
+
+  # CRDs: the apiserver takes YAML request bodies, so no kubectl is needed.
+  api="https://127.0.0.1:$ap"
+  for f in "$bin"/crds/*.yaml; do
+    curl -fsS -k -H "Authorization: Bearer $admin_token" -H "Content-Type: application/yaml" \
+      -X POST --data-binary @"$f" "$api/apis/apiextensions.k8s.io/v1/customresourcedefinitions" >/dev/null \
+      || { log "installing CRD $(basename "$f") failed"; false; }
+  done
+  for res in snapshot.storage.k8s.io/v1/volumesnapshots snapshot.storage.k8s.io/v1/volumesnapshotcontents \
+             snapshot.storage.k8s.io/v1/volumesnapshotclasses groupsnapshot.storage.k8s.io/v1/volumegroupsnapshots \
+             groupsnapshot.storage.k8s.io/v1/volumegroupsnapshotcontents groupsnapshot.storage.k8s.io/v1/volumegroupsnapshotclasses \
+             gateway.networking.k8s.io/v1beta1/referencegrants; do
+    wait_for "CRD $res served" 60 curl -fsS -k -H "Authorization: Bearer $admin_token" "$api/apis/$res"
+  done
+  log "starting snapshot-controller"
+  start snapshot-controller "$bin/snapshot-controller" \
+    --kubeconfig="$dir/kubeconfig" --kube-api-qps=200 --kube-api-burst=400 --v=2
+  sleep 1
+  kill -0 "$(cat "$dir/snapshot-controller.pid")" || { log "snapshot-controller exited"; tail -20 "$dir/snapshot-controller.log" >&2; false; }
 
   if [ -n "${CSI_TESTBED_OWNER_PID:-}" ]; then
     setsid bash -c 'while kill -0 "$1" 2>/dev/null && [ -d "$2" ]; do sleep 2; done; rm -f "$2/watchdog.pid"; exec "$3" down "$2" >/dev/null 2>&1' \
