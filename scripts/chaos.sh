@@ -8,12 +8,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash testbed/build.sh >/dev/null
-cargo build -p csi-provisioner -p csi-test-driver -p chaos --bins
+# The whole workspace, as `make test` builds it: building only some packages unifies
+# dependency features differently and would rebuild the dependencies.
+cargo build --workspace --bins
 # Run copies of the binaries: a soak restarts sidecars and the driver many times, and a
 # rebuild of target/debug meanwhile (someone else's `cargo build`) must not change what a
 # restarted process runs. CSI_PROVISIONER_BIN / CSI_TEST_DRIVER_BIN, when set, win.
 bins=$(mktemp -d /tmp/chaos-bins.XXXXXX)
-cp target/debug/csi-provisioner target/debug/csi-test-driver target/debug/chaos "$bins/"
+target=${CARGO_TARGET_DIR:-target}/debug
+cp "$target/csi-provisioner" "$target/csi-test-driver" "$target/chaos" "$bins/"
 export CSI_PROVISIONER_BIN=${CSI_PROVISIONER_BIN:-$bins/csi-provisioner}
 export CSI_TEST_DRIVER_BIN=${CSI_TEST_DRIVER_BIN:-$bins/csi-test-driver}
 # What --restart-control-plane runs (`testbed/cluster.sh restart $CSI_TESTBED_DIR`).
