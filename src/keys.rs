@@ -50,3 +50,13 @@ pub const PARAM_FSTYPE_LEGACY: &str = "fstype";
 pub const PARAM_PVC_NAME: &str = "csi.storage.k8s.io/pvc/name";
 pub const PARAM_PVC_NAMESPACE: &str = "csi.storage.k8s.io/pvc/namespace";
 pub const PARAM_PV_NAME: &str = "csi.storage.k8s.io/pv/name";
+
+/// Data source kinds the provisioner itself fills (any other kind is left to
+/// a volume populator), and the API group a snapshot source must name.
+pub const SNAPSHOT_KIND: &str = "VolumeSnapshot";
+pub const SNAPSHOT_API_GROUP: &str = "snapshot.storage.k8s.io";
+pub const CLAIM_KIND: &str = "PersistentVolumeClaim";
+
+/// The event source of the events upstream's provisioner (not its shared
+/// controller library) records, such as the populator note.
+pub const EVENT_SOURCE_PROVISIONER: &str = "external-provisioner";

@@ -48,6 +48,8 @@ struct Posted {
 
 /// One event to send, with everything taken from the object at record time.
 struct Pending {
+    /// The event source's component when not the recorder's own.
+    component: Option<String>,
     involved: ObjectReference,
     namespace: String,
     object_name: String,
@@ -89,7 +91,36 @@ impl EventRecorder {
     where
         K: Resource<DynamicType = ()>,
     {
+        self.queue(None, obj, kind, reason, message)
+    }
+
+    /// Like [`record`](Self::record), from another event source `component`
+    /// (no host), for the events upstream records under another name.
+    pub fn record_as<K>(
+        &self,
+        component: &str,
+        obj: &K,
+        kind: EventType,
+        reason: &str,
+        message: &str,
+    ) where
+        K: Resource<DynamicType = ()>,
+    {
+        self.queue(Some(component), obj, kind, reason, message)
+    }
+
+    fn queue<K>(
+        &self,
+        component: Option<&str>,
+        obj: &K,
+        kind: EventType,
+        reason: &str,
+        message: &str,
+    ) where
+        K: Resource<DynamicType = ()>,
+    {
         let pending = Pending {
+            component: component.map(String::from),
             involved: ObjectReference {
                 api_version: Some(K::api_version(&()).to_string()),
                 kind: Some(K::kind(&()).to_string()),
@@ -174,6 +205,10 @@ impl Sender {
             }
         }
         let name = format!("{}.{:x}", p.object_name, rand::random::<u64>());
+        let component = p
+            .component
+            .clone()
+            .unwrap_or_else(|| self.component.clone());
         let event = Event {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
@@ -185,14 +220,15 @@ impl Sender {
             message: Some(p.message.clone()),
             type_: Some(p.kind.as_str().to_string()),
             source: Some(EventSource {
-                component: Some(self.component.clone()),
-                host: Some(self.host.clone()).filter(|h| !h.is_empty()),
+                component: Some(component.clone()),
+                host: Some(self.host.clone()).filter(|h| !h.is_empty() && p.component.is_none()),
             }),
             first_timestamp: Some(p.at.clone()),
             last_timestamp: Some(p.at.clone()),
             count: Some(1),
-            reporting_component: Some(self.component.clone()),
-            reporting_instance: Some(self.host.clone()).filter(|h| !h.is_empty()),
+            reporting_component: Some(component),
+            reporting_instance: Some(self.host.clone())
+                .filter(|h| !h.is_empty() && p.component.is_none()),
             ..Default::default()
         };
         let api: Api<Event> = Api::namespaced(self.client.clone(), &p.namespace);

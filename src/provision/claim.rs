@@ -90,13 +90,24 @@ impl<'a> ClaimView<'a> {
         }
     }
 
-    /// The kind of the claim's data source (`dataSource`, then `dataSourceRef`).
-    pub fn data_source_kind(&self) -> Option<&'a str> {
+    /// The claim's data source as upstream reads it: `dataSource` when set,
+    /// else `dataSourceRef` (whose `namespace` only it can carry).
+    pub fn data_source(&self) -> Option<DataSource<'a>> {
         let spec = self.0.spec.as_ref()?;
-        spec.data_source
-            .as_ref()
-            .map(|d| d.kind.as_str())
-            .or_else(|| spec.data_source_ref.as_ref().map(|d| d.kind.as_str()))
+        if let Some(d) = &spec.data_source {
+            return Some(DataSource {
+                kind: &d.kind,
+                name: &d.name,
+                api_group: d.api_group.as_deref().unwrap_or_default(),
+                namespace: None,
+            });
+        }
+        spec.data_source_ref.as_ref().map(|d| DataSource {
+            kind: &d.kind,
+            name: &d.name,
+            api_group: d.api_group.as_deref().unwrap_or_default(),
+            namespace: d.namespace.as_deref().filter(|n| !n.is_empty()),
+        })
     }
 
     /// `spec.resources.requests.storage` as written (a Kubernetes quantity).
@@ -216,4 +227,15 @@ mod tests {
         opts.volume_attributes_class = false;
         assert_eq!(ClaimView(&c).vac_name(&opts), None);
     }
+}
+
+/// Where a claim's content comes from (see [`ClaimView::data_source`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataSource<'a> {
+    pub kind: &'a str,
+    pub name: &'a str,
+    /// Empty for the core group.
+    pub api_group: &'a str,
+    /// Another namespace, named by `dataSourceRef.namespace`.
+    pub namespace: Option<&'a str>,
 }

@@ -76,6 +76,23 @@ pub enum ProvisionError {
     #[error("data source {kind:?} is not supported yet by this provisioner")]
     DataSourceNotSupported { kind: String },
     #[error(
+        "dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled"
+    )]
+    CrossNamespaceDataSource,
+    #[error("the PVC source not found for PVC {claim}")]
+    DataSourceWithoutName { claim: String },
+    #[error(
+        "the PVC source does not belong to the right APIGroup. Expected {}, Got {got}",
+        keys::SNAPSHOT_API_GROUP
+    )]
+    SnapshotApiGroup { got: String },
+    /// Not an error for the user: a volume populator fills claims of this kind
+    /// (upstream's `IgnoredError`: an event, no retry, no `CreateVolume`).
+    #[error(
+        "data source ({kind}) is not handled by the provisioner, assuming an external populator will provision it"
+    )]
+    ExternalPopulator { kind: String },
+    #[error(
         "CSI driver does not support dynamic provisioning: {missing} capability is not reported"
     )]
     ProvisioningNotSupported {

@@ -31,6 +31,36 @@ impl PreparedVolume {
     }
 }
 
+/// The checks of a data source that come first, before anything else about
+/// the claim (upstream: `dataSource` and the kind switch of
+/// `prepareProvision`): a populator's kind is not ours to provision.
+fn data_source(view: ClaimView) -> Result<(), ProvisionError> {
+    let Some(source) = view.data_source() else {
+        return Ok(());
+    };
+    if source.namespace.is_some() {
+        return Err(ProvisionError::CrossNamespaceDataSource);
+    }
+    if source.name.is_empty() {
+        return Err(ProvisionError::DataSourceWithoutName {
+            claim: view.name().to_string(),
+        });
+    }
+    match source.kind {
+        keys::SNAPSHOT_KIND if source.api_group != keys::SNAPSHOT_API_GROUP => {
+            Err(ProvisionError::SnapshotApiGroup {
+                got: source.api_group.to_string(),
+            })
+        }
+        keys::SNAPSHOT_KIND | keys::CLAIM_KIND => Err(ProvisionError::DataSourceNotSupported {
+            kind: source.kind.to_string(),
+        }),
+        other => Err(ProvisionError::ExternalPopulator {
+            kind: other.to_string(),
+        }),
+    }
+}
+
 const ALL_SECRET_KINDS: [SecretKind; 7] = [
     SecretKind::Provisioner,
     SecretKind::ControllerPublish,
@@ -47,6 +77,8 @@ pub fn prepare(
     driver: &DriverInfo,
     opts: &ProvisionOptions,
 ) -> Result<PreparedVolume, ProvisionError> {
+    let view = ClaimView(claim);
+    data_source(view)?;
     if !driver.capabilities.controller_service {
         return Err(ProvisionError::ProvisioningNotSupported {
             missing: "plugin CONTROLLER_SERVICE",
@@ -57,7 +89,6 @@ pub fn prepare(
             missing: "controller CREATE_DELETE_VOLUME",
         });
     }
-    let view = ClaimView(claim);
     let pv_name = volume_name(
         &opts.volume_name_prefix,
         view.uid(),
@@ -66,11 +97,6 @@ pub fn prepare(
     let spec = claim.spec.clone().unwrap_or_default();
     if spec.selector.is_some() {
         return Err(ProvisionError::SelectorNotSupported);
-    }
-    if let Some(kind) = view.data_source_kind() {
-        return Err(ProvisionError::DataSourceNotSupported {
-            kind: kind.to_string(),
-        });
     }
     // The class's parameters are fetched by the controller (an API read);
     // whether the driver can take them at all is known now.
@@ -210,7 +236,8 @@ pub(crate) mod tests {
     use super::*;
     use crate::csi::DriverCapabilities;
     use k8s_openapi::api::core::v1::{
-        PersistentVolumeClaimSpec, TypedLocalObjectReference, VolumeResourceRequirements,
+        PersistentVolumeClaimSpec, TypedLocalObjectReference, TypedObjectReference,
+        VolumeResourceRequirements,
     };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -431,6 +458,25 @@ pub(crate) mod tests {
             c.metadata.uid = None;
             c
         };
+        let with_data_source = |group: Option<&str>, kind: &str, name: &str| {
+            let mut c = claim();
+            c.spec.as_mut().unwrap().data_source = Some(TypedLocalObjectReference {
+                api_group: group.map(String::from),
+                kind: kind.into(),
+                name: name.into(),
+            });
+            c
+        };
+        let with_source_ref = |namespace: &str| {
+            let mut c = claim();
+            c.spec.as_mut().unwrap().data_source_ref = Some(TypedObjectReference {
+                api_group: None,
+                kind: "PersistentVolumeClaim".into(),
+                name: "src".into(),
+                namespace: Some(namespace.into()),
+            });
+            c
+        };
         let no_caps = {
             let mut d = driver();
             d.capabilities.create_delete_volume = false;
@@ -463,6 +509,31 @@ pub(crate) mod tests {
             (rwop_mixed, class(&[]), driver(), "ReadWriteOncePod"),
             (with_selector, class(&[]), driver(), "Selector"),
             (with_source, class(&[]), driver(), "not supported yet"),
+            (
+                with_source_ref("other"),
+                class(&[]),
+                driver(),
+                "CrossNamespaceVolumeDataSource",
+            ),
+            (
+                with_data_source(None, "VolumeSnapshot", ""),
+                class(&[]),
+                driver(),
+                "the PVC source not found for PVC data",
+            ),
+            (
+                with_data_source(Some("example.com"), "VolumeSnapshot", "snap"),
+                class(&[]),
+                driver(),
+                "Expected snapshot.storage.k8s.io, Got example.com",
+            ),
+            // A populator's claim is not refused for anything else first.
+            (
+                with_data_source(Some("example.com"), "Backup", "b"),
+                class(&[]),
+                no_caps.clone(),
+                "assuming an external populator will provision it",
+            ),
             (no_uid, class(&[]), driver(), "missing UID"),
             (with_vac, class(&[]), driver(), "MODIFY_VOLUME capability"),
             (

@@ -9,6 +9,7 @@ use tonic::Status;
 
 use crate::controller::Context;
 use crate::csi::{CsiErrorClass, code_name};
+use crate::keys;
 use crate::kube::{EventType, api_message};
 use crate::metrics::ClaimLabels;
 use crate::provision::{ClaimView, ProvisionError};
@@ -100,6 +101,9 @@ impl ClaimError {
     pub fn event(&self) -> Option<(EventType, &'static str)> {
         use ClaimError::*;
         match self {
+            Invalid(ProvisionError::ExternalPopulator { .. }) => {
+                Some((EventType::Normal, "Provisioning"))
+            }
             Invalid(_)
             | GetSecret { .. }
             | GetVolumeAttributesClass { .. }
@@ -123,9 +127,32 @@ impl ClaimError {
         }
     }
 
+    /// The event source when it is not ours: upstream records the populator
+    /// note as its provisioner, not as its controller library.
+    pub fn event_source(&self) -> Option<&'static str> {
+        match self {
+            ClaimError::Invalid(ProvisionError::ExternalPopulator { .. }) => {
+                Some(keys::EVENT_SOURCE_PROVISIONER)
+            }
+            _ => None,
+        }
+    }
+
+    /// Upstream's `IgnoredError`: reported, then the claim is left alone (no
+    /// retry, no failure) until it changes.
+    pub fn is_ignored(&self) -> bool {
+        matches!(
+            self,
+            ClaimError::Invalid(ProvisionError::ExternalPopulator { .. })
+        )
+    }
+
     /// The event's text, as upstream writes it.
     pub fn message(&self) -> String {
         match self {
+            ClaimError::Invalid(ProvisionError::ExternalPopulator { .. }) => {
+                "Assuming an external populator will provision the volume".to_string()
+            }
             ClaimError::CreateVolume {
                 class: CsiErrorClass::Infeasible,
                 ..
@@ -152,7 +179,7 @@ impl ClaimError {
 
     /// Whether this counts in `controller_persistentvolumeclaim_provision_failed_total`.
     pub fn counts_as_failure(&self) -> bool {
-        !matches!(self, ClaimError::NotLeader | ClaimError::ReleaseIntent(_))
+        !self.is_ignored() && !matches!(self, ClaimError::NotLeader | ClaimError::ReleaseIntent(_))
     }
 
     /// A bounded name for logs.
@@ -197,8 +224,13 @@ pub fn report(ctx: &Context, claim: &PersistentVolumeClaim, err: ClaimError) -> 
             .get_or_create(&labels(claim))
             .inc();
     }
-    if let Some((kind, reason)) = err.event() {
-        ctx.recorder.record(claim, kind, reason, &err.message());
+    match (err.event(), err.event_source()) {
+        (Some((kind, reason)), None) => ctx.recorder.record(claim, kind, reason, &err.message()),
+        (Some((kind, reason)), Some(source)) => {
+            ctx.recorder
+                .record_as(source, claim, kind, reason, &err.message())
+        }
+        (None, _) => {}
     }
     err
 }
@@ -273,6 +305,14 @@ mod tests {
                 "not the leader: not acting",
                 false,
             ),
+            (
+                ClaimError::Invalid(ProvisionError::ExternalPopulator {
+                    kind: "Backup".into(),
+                }),
+                Some((Normal, "Provisioning")),
+                "Assuming an external populator will provision the volume",
+                true,
+            ),
         ];
         for (err, event, text, fin) in cases {
             assert_eq!(err.event(), event, "{err:?}");
@@ -283,6 +323,11 @@ mod tests {
 
     #[test]
     fn only_acts_count_as_failures() {
+        let populator = ClaimError::Invalid(ProvisionError::ExternalPopulator {
+            kind: "Backup".into(),
+        });
+        assert!(populator.is_ignored() && !populator.counts_as_failure());
+        assert_eq!(populator.event_source(), Some("external-provisioner"));
         assert!(!ClaimError::NotLeader.counts_as_failure());
         assert!(ClaimError::StorageClassNotFound { name: "c".into() }.counts_as_failure());
     }

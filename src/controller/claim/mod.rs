@@ -50,7 +50,14 @@ pub async fn reconcile(claim: Arc<Claim>, ctx: Arc<Context>) -> Result<Action, C
             Action::await_change()
         }
         Work::Abandon => abandon::abandon(&ctx, claim).await?,
-        Work::Provision => create::provision(&ctx, claim).await?,
+        Work::Provision => match create::provision(&ctx, claim).await {
+            // Reported already; not ours to retry (a volume populator's claim).
+            Err(e) if e.is_ignored() => {
+                debug!(claim = %view.key(), reason = %e, "ignored");
+                Action::await_change()
+            }
+            other => other?,
+        },
     };
     ctx.claims.succeeded(view.uid());
     Ok(action)

@@ -729,6 +729,28 @@ async fn an_invalid_class_is_shown_after_the_provisioning_event_and_nothing_is_w
     );
 }
 
+#[tokio::test]
+async fn a_populators_claim_is_left_to_it_with_upstreams_note_and_no_request() {
+    let mut c = claim();
+    c.spec.as_mut().unwrap().data_source_ref =
+        Some(k8s_openapi::api::core::v1::TypedObjectReference {
+            api_group: Some("backup.example.com".into()),
+            kind: "Restore".into(),
+            name: "nightly".into(),
+            namespace: None,
+        });
+    let rig = Rig::basic(vec![]).await;
+    let r = rig.provision(&c).await;
+    assert!(r.as_ref().is_err_and(ClaimError::is_ignored), "{r:?}");
+    rig.assert_script_done();
+    assert_eq!(rig.reasons(), ["Provisioning", "Provisioning"]);
+    assert_eq!(
+        rig.messages()[1],
+        "Assuming an external populator will provision the volume"
+    );
+    assert_eq!(rig.backend().await, (0, 0, 0));
+}
+
 // ---- the abandon sequence ----
 
 fn deleted() -> PersistentVolumeClaim {
