@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# `make test`: build the test bed (cached), start one local control plane for
+# `make test`: lint (fmt, clippy), build the test bed (cached), start one local control plane for
 # the whole run, run every test of the workspace against it, tear it down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
+# First, so that formatting or a clippy warning fails the run before the long part (`make lint`).
+echo "== lint: cargo fmt --check, cargo clippy -D warnings"
+make --no-print-directory lint
 echo "== test bed (Go: etcd, kube-apiserver, kube-controller-manager, upstream CSI tools)"
 bash testbed/build.sh >/dev/null
 echo "== cargo build"

@@ -60,168 +60,230 @@ struct NotSupported {
 // Flags
 // ---------------------------------------------------------------------------
 
-/// The command line, as upstream defines it. Build it with [`parse_from`],
-/// which applies Go's flag syntax; `Args::parse_from` (clap's own) does not.
-///
-/// Boolean fields are declared as plain clap switches; [`command`] gives every
-/// one of them Go's semantics (`--flag`, `--flag=false`, never `--flag false`).
+/// Help headings, in the order `--help` shows them: flags grouped by what
+/// they configure, as upstream's README groups them.
+mod heading {
+    pub const CSI: &str = "CSI driver connection";
+    pub const CLIENT: &str = "Kubernetes API client";
+    pub const LEADER_ELECTION: &str = "Leader election";
+    pub const PROVISIONING: &str = "Provisioning";
+    pub const DATA_SOURCES: &str = "Data sources (clones and snapshots)";
+    pub const CAPACITY: &str = "Storage capacity";
+    pub const NODE_DEPLOYMENT: &str = "Node deployment";
+    pub const HTTP: &str = "Metrics and HTTP";
+    pub const LOGGING: &str = "Feature gates and logging";
+}
+
+/// The first line of `-h` and `--help`.
+const ABOUT: &str = "Kubernetes CSI external-provisioner sidecar: creates and deletes \
+                     PersistentVolumes for a CSI driver";
+
+/// What `--help` says before the flags: what the program does and where it runs.
+const LONG_ABOUT: &str = "\
+Kubernetes CSI external-provisioner sidecar: creates and deletes PersistentVolumes for a CSI driver.
+
+Runs as a container next to a CSI driver's controller. For each PersistentVolumeClaim whose
+StorageClass names the driver, it calls the driver's CreateVolume over the driver's unix socket
+and creates the PersistentVolume; when a PersistentVolume with reclaim policy Delete is released,
+it calls DeleteVolume and removes the PersistentVolume.
+
+A drop-in replacement for the Go sidecar (registry.k8s.io/sig-storage/csi-provisioner): the same
+flags and defaults, annotations, events, metrics and Lease. Flags are also accepted as Go writes
+them: -csi-address=/csi/csi.sock, --leader-election=false, durations such as 30s or 1m30s.";
+
+/// What `--help` says after the flags.
+const AFTER_LONG_HELP: &str = "\
+Environment:
+  KUBECONFIG       kubeconfig to use; takes precedence over --kubeconfig
+  POD_NAMESPACE    namespace of the leader-election Lease when --leader-election-namespace is empty
+
+Exit status: 0 after SIGTERM or SIGINT, --help or --version; 1 when the sidecar cannot start or
+stops on an error (the reason is the last line on stderr); 2 when a flag cannot be parsed.";
+
+// The command line, as upstream defines it. Build it with [`parse_from`],
+// which applies Go's flag syntax; `Args::parse_from` (clap's own) does not.
+//
+// Boolean fields are declared as plain clap switches; [`command`] gives every
+// one of them Go's semantics (`--flag`, `--flag=false`, never `--flag false`).
+//
+// These are `//` comments on purpose: clap prints a struct's `///` comment as
+// the program's description. The `///` comments of the fields are the flags'
+// help text, written for the person running the program.
 #[derive(Clone, Debug, Parser)]
 #[command(
     name = "csi-provisioner",
-    about = "Kubernetes CSI external-provisioner sidecar",
+    about = ABOUT,
+    long_about = LONG_ABOUT,
+    after_long_help = AFTER_LONG_HELP,
     args_override_self = true
 )]
 pub struct Args {
-    /// Show version.
+    /// Print the version and exit.
     #[arg(long)]
     pub version: bool,
 
-    /// Automatically set GOMAXPROCS to match the container CPU quota.
-    /// Accepted and ignored: it tunes the Go runtime, which this program does
-    /// not have (the tokio runtime sizes itself from the same quota).
+    /// Accepted for compatibility and ignored: it sizes the Go runtime, which
+    /// this program does not have.
     #[arg(long)]
     pub automaxprocs: bool,
-
-    /// Feature gates, `Key=bool,Key2=bool` (repeatable). Known: Topology,
-    /// CrossNamespaceVolumeDataSource, VolumeAttributesClass,
-    /// ReleaseLeaderElectionOnExit, ContextualLogging, LoggingAlphaOptions,
-    /// LoggingBetaOptions, AllAlpha, AllBeta.
-    #[arg(long, action = ArgAction::Append, value_parser = parse_feature_gates,
-          value_name = "KEY=BOOL,...")]
-    pub feature_gates: Vec<GateSettings>,
 
     #[command(flatten)]
     pub csi: CsiArgs,
     #[command(flatten)]
     pub client: ClientArgs,
     #[command(flatten)]
-    pub provisioning: ProvisioningArgs,
-    #[command(flatten)]
     pub leader_election: LeaderElectionArgs,
     #[command(flatten)]
-    pub http: HttpArgs,
+    pub provisioning: ProvisioningArgs,
     #[command(flatten)]
     pub capacity: CapacityArgs,
     #[command(flatten)]
     pub node_deployment: NodeDeploymentArgs,
+    #[command(flatten)]
+    pub http: HttpArgs,
+
+    /// Turn features on or off, KEY=BOOL,... (repeatable). Known: Topology,
+    /// CrossNamespaceVolumeDataSource, VolumeAttributesClass,
+    /// ReleaseLeaderElectionOnExit, ContextualLogging, LoggingAlphaOptions,
+    /// LoggingBetaOptions, and AllAlpha / AllBeta for every alpha / beta gate.
+    #[arg(long, action = ArgAction::Append, value_parser = parse_feature_gates,
+          value_name = "KEY=BOOL,...", help_heading = heading::LOGGING)]
+    pub feature_gates: Vec<GateSettings>,
+
     #[command(flatten)]
     pub logging: LoggingArgs,
 }
 
 /// The CSI driver connection.
 #[derive(Clone, Debug, clap::Args)]
+#[command(next_help_heading = heading::CSI)]
 pub struct CsiArgs {
-    /// Address of the CSI driver socket (`/path`, `unix:///path` or `unix:path`).
-    #[arg(long, default_value = "/run/csi/socket")]
+    /// The driver's unix socket: /path, unix:///path or unix:path.
+    #[arg(long, default_value = "/run/csi/socket", value_name = "PATH")]
     pub csi_address: String,
 
-    /// Timeout of each CSI call (CreateVolume, DeleteVolume, Probe, ...).
-    #[arg(long, default_value = "10s", value_parser = parse_go_duration)]
+    /// Time limit of each call to the driver (CreateVolume, DeleteVolume, Probe, ...).
+    #[arg(long, default_value = "10s", value_parser = parse_go_duration,
+          value_name = "DURATION")]
     pub timeout: Duration,
 }
 
 /// The Kubernetes API client.
 #[derive(Clone, Debug, clap::Args)]
+#[command(next_help_heading = heading::CLIENT)]
 pub struct ClientArgs {
-    /// API server URL; overrides the one in the kubeconfig.
-    #[arg(long, default_value = "")]
+    /// API server URL, instead of the kubeconfig's.
+    #[arg(long, default_value = "", value_name = "URL")]
     pub master: String,
 
-    /// Path to a kubeconfig; in-cluster config when empty. The KUBECONFIG
-    /// environment variable, when set, overrides it.
-    #[arg(long, default_value = "")]
+    /// Kubeconfig file; without one, the pod's service account is used
+    /// (in-cluster config). KUBECONFIG, when set, takes precedence.
+    #[arg(long, default_value = "", value_name = "PATH")]
     pub kubeconfig: String,
 
-    /// Requests per second to the API server.
-    #[arg(long, default_value_t = 5.0)]
+    /// Requests per second to the API server (client-side limit).
+    #[arg(long, default_value_t = 5.0, value_name = "QPS")]
     pub kube_api_qps: f64,
 
-    /// Burst of requests to the API server.
-    #[arg(long, default_value_t = 10)]
+    /// Requests to the API server allowed in a burst above --kube-api-qps.
+    #[arg(long, default_value_t = 10, value_name = "N")]
     pub kube_api_burst: i64,
 }
 
 /// Provisioning and deletion of volumes.
 #[derive(Clone, Debug, clap::Args)]
+#[command(next_help_heading = heading::PROVISIONING)]
 pub struct ProvisioningArgs {
-    /// Prefix of the PV name (and CreateVolume name).
-    #[arg(long, default_value = "pvc")]
+    /// Prefix of the PersistentVolume name, which is also the name passed to CreateVolume.
+    #[arg(long, default_value = "pvc", value_name = "PREFIX")]
     pub volume_name_prefix: String,
 
-    /// Truncate the PVC UID in the volume name to this many characters
-    /// (dashes removed); -1 keeps the whole UID with dashes.
-    #[arg(long, default_value_t = -1)]
+    /// Characters of the claim's UID in the volume name, dashes removed (at most 32);
+    /// -1 keeps the whole UID with its dashes.
+    #[arg(long, default_value_t = -1, value_name = "N")]
     pub volume_name_uuid_length: i64,
 
-    /// First retry interval of a failed provisioning or deletion; doubles per failure.
-    #[arg(long, default_value = "1s", value_parser = parse_go_duration)]
+    /// First wait before retrying a failed provisioning or deletion; it doubles
+    /// with each failure.
+    #[arg(long, default_value = "1s", value_parser = parse_go_duration,
+          value_name = "DURATION")]
     pub retry_interval_start: Duration,
 
-    /// Longest retry interval of a failed provisioning or deletion.
-    #[arg(long, default_value = "5m", value_parser = parse_go_duration)]
+    /// Longest wait between retries of a failed provisioning or deletion.
+    #[arg(long, default_value = "5m", value_parser = parse_go_duration,
+          value_name = "DURATION")]
     pub retry_interval_max: Duration,
 
-    /// Concurrent provisioning workers (and as many deletion workers).
-    #[arg(long, default_value_t = 100)]
+    /// Claims provisioned at once (and volumes deleted at once).
+    #[arg(long, default_value_t = 100, value_name = "N")]
     pub worker_threads: u64,
 
-    /// Workers removing clone-protection finalizers.
-    #[arg(long, default_value_t = 1)]
+    /// Workers removing the finalizers that protect the source claim of a clone.
+    #[arg(long, default_value_t = 1, value_name = "N", help_heading = heading::DATA_SOURCES)]
     pub cloning_protection_threads: u64,
 
-    /// Period of the sweep of orphaned snapshot source-protection finalizers; 0 disables it.
-    #[arg(long, default_value = "5m", value_parser = parse_go_duration)]
+    /// How often to look for snapshot source-protection finalizers left behind; 0 never.
+    #[arg(long, default_value = "5m", value_parser = parse_go_duration,
+          value_name = "DURATION", help_heading = heading::DATA_SOURCES)]
     pub snapshot_orphan_sweep_interval: Duration,
 
-    /// Late binding: pass only the selected node's topology to CreateVolume.
+    /// With WaitForFirstConsumer: give CreateVolume only the selected node's topology.
     #[arg(long)]
     pub strict_topology: bool,
 
-    /// Immediate binding: pass the aggregated cluster topology (true) or none (false).
+    /// With Immediate binding: give CreateVolume the topology of the whole cluster
+    /// (true) or none (false).
     #[arg(long, default_value = "true")]
     pub immediate_topology: bool,
 
-    /// Add PVC name/namespace and PV name to the CreateVolume parameters.
+    /// Pass the claim's name and namespace and the PersistentVolume's name to
+    /// CreateVolume as parameters.
     #[arg(long)]
     pub extra_create_metadata: bool,
 
-    /// fsType when the StorageClass sets none.
-    #[arg(long, default_value = "")]
+    /// Filesystem type of volumes whose StorageClass sets none.
+    #[arg(long, default_value = "", value_name = "FSTYPE")]
     pub default_fstype: String,
 
-    /// Mark the PV read-only when the PVC's only access mode is ReadOnlyMany.
+    /// Make the PersistentVolume read-only when the claim's only access mode is ReadOnlyMany.
     #[arg(long)]
     pub controller_publish_readonly: bool,
 
-    /// Refuse restoring a snapshot into a different volume mode unless allowed.
-    #[arg(long, default_value = "true")]
+    /// Refuse to restore a snapshot into a volume of another mode (Filesystem, Block)
+    /// unless the snapshot allows it.
+    #[arg(long, default_value = "true", help_heading = heading::DATA_SOURCES)]
     pub prevent_volume_mode_conversion: bool,
 }
 
 /// Lease-based leader election.
 #[derive(Clone, Debug, clap::Args)]
+#[command(next_help_heading = heading::LEADER_ELECTION)]
 pub struct LeaderElectionArgs {
-    /// Enable leader election.
+    /// Act only while holding a Lease, so that several replicas can run.
     #[arg(long)]
     pub leader_election: bool,
 
-    /// Namespace of the Lease; default: POD_NAMESPACE, the pod's service-account namespace, `default`.
-    #[arg(long, default_value = "")]
+    /// Namespace of the Lease. When empty: POD_NAMESPACE, else the pod's own
+    /// namespace, else default.
+    #[arg(long, default_value = "", value_name = "NAMESPACE")]
     pub leader_election_namespace: String,
 
-    /// How long a standby waits before taking over an unrenewed Lease.
-    #[arg(long, default_value = "15s", value_parser = parse_go_duration)]
+    /// How long a standby replica waits for the leader to renew before taking over.
+    #[arg(long, default_value = "15s", value_parser = parse_go_duration,
+          value_name = "DURATION")]
     pub leader_election_lease_duration: Duration,
 
-    /// How long the leader keeps trying to renew before giving up.
-    #[arg(long, default_value = "10s", value_parser = parse_go_duration)]
+    /// How long the leader keeps trying to renew before it gives up leading.
+    #[arg(long, default_value = "10s", value_parser = parse_go_duration,
+          value_name = "DURATION")]
     pub leader_election_renew_deadline: Duration,
 
-    /// Interval between attempts to acquire or renew the Lease.
-    #[arg(long, default_value = "5s", value_parser = parse_go_duration)]
+    /// Wait between attempts to take or renew the Lease.
+    #[arg(long, default_value = "5s", value_parser = parse_go_duration,
+          value_name = "DURATION")]
     pub leader_election_retry_period: Duration,
 
-    /// Labels put on the Lease while this replica leads, `k1:v1,k2:v2` (repeatable).
+    /// Labels put on the Lease while this replica leads, KEY:VALUE,... (repeatable).
     #[arg(long, action = ArgAction::Append, value_parser = parse_labels,
           value_name = "KEY:VALUE,...")]
     pub leader_election_labels: Vec<Labels>,
@@ -229,112 +291,132 @@ pub struct LeaderElectionArgs {
 
 /// The HTTP server (metrics, leader-election health check).
 #[derive(Clone, Debug, clap::Args)]
+#[command(next_help_heading = heading::HTTP)]
 pub struct HttpArgs {
-    /// Listen address (`:8080`, `127.0.0.1:8080`) of the metrics and health server; off when empty.
-    #[arg(long, default_value = "")]
+    /// Serve metrics and /healthz/leader-election on this address (:8080,
+    /// 127.0.0.1:8080). Off when empty.
+    #[arg(long, default_value = "", value_name = "ADDRESS")]
     pub http_endpoint: String,
 
-    /// Deprecated: like --http-endpoint but without the leader-election health check.
-    #[arg(long, default_value = "")]
+    /// Deprecated: like --http-endpoint, without the leader-election health check.
+    #[arg(long, default_value = "", value_name = "ADDRESS")]
     pub metrics_address: String,
 
-    /// HTTP path of the Prometheus metrics.
-    #[arg(long, default_value = "/metrics")]
+    /// Path of the Prometheus metrics.
+    #[arg(long, default_value = "/metrics", value_name = "PATH")]
     pub metrics_path: String,
 
-    /// Serve Go pprof endpoints under /debug/pprof/.
+    /// Serve Go's profiling endpoints under /debug/pprof/.
     #[arg(long)]
     pub enable_pprof: bool,
 }
 
 /// CSIStorageCapacity publishing.
 #[derive(Clone, Debug, clap::Args)]
+#[command(next_help_heading = heading::CAPACITY)]
 pub struct CapacityArgs {
-    /// Publish CSIStorageCapacity objects from the driver's GetCapacity.
+    /// Publish CSIStorageCapacity objects with what the driver's GetCapacity reports.
     #[arg(long)]
     pub enable_capacity: bool,
 
-    /// Workers for CSIStorageCapacity objects.
-    #[arg(long, default_value_t = 1)]
+    /// Workers updating CSIStorageCapacity objects.
+    #[arg(long, default_value_t = 1, value_name = "N")]
     pub capacity_threads: u64,
 
-    /// Requests per second of the capacity client.
-    #[arg(long, default_value_t = 1.0)]
+    /// Requests per second of the client that writes CSIStorageCapacity objects.
+    #[arg(long, default_value_t = 1.0, value_name = "QPS")]
     pub kube_api_capacity_qps: f32,
 
-    /// Burst of the capacity client.
-    #[arg(long, default_value_t = 5)]
+    /// Burst of the client that writes CSIStorageCapacity objects.
+    #[arg(long, default_value_t = 5, value_name = "N")]
     pub kube_api_capacity_burst: i64,
 
-    /// Also publish capacity for StorageClasses with Immediate binding.
+    /// Publish capacity for StorageClasses with Immediate binding too.
     #[arg(long)]
     pub capacity_for_immediate_binding: bool,
 
-    /// How often capacity is polled.
-    #[arg(long, default_value = "1m", value_parser = parse_go_duration)]
+    /// How often to ask the driver for capacity.
+    #[arg(long, default_value = "1m", value_parser = parse_go_duration,
+          value_name = "DURATION")]
     pub capacity_poll_interval: Duration,
 
-    /// Owner of the objects: -1 none, 0 the pod, 1 its controller, 2 that one's controller...
-    #[arg(long, default_value_t = 1)]
+    /// Owner of the CSIStorageCapacity objects: -1 none, 0 this pod, 1 its
+    /// controller (a ReplicaSet), 2 that one's controller (a Deployment), ...
+    #[arg(long, default_value_t = 1, value_name = "LEVEL")]
     pub capacity_ownerref_level: i64,
 }
 
 /// One provisioner per node, for node-local volumes.
 #[derive(Clone, Debug, clap::Args)]
+#[command(next_help_heading = heading::NODE_DEPLOYMENT)]
 pub struct NodeDeploymentArgs {
-    /// Run next to the driver on every node (needs NODE_NAME).
+    /// Run on every node next to the driver, provisioning the node's own volumes
+    /// (needs NODE_NAME).
     #[arg(long)]
     pub node_deployment: bool,
 
-    /// In node deployment, also try to claim PVCs with Immediate binding.
+    /// In a node deployment, also take claims with Immediate binding.
     #[arg(long, default_value = "true")]
     pub node_deployment_immediate_binding: bool,
 
-    /// First delay before trying to claim an Immediate-binding PVC.
-    #[arg(long, default_value = "20s", value_parser = parse_go_duration)]
+    /// In a node deployment, first wait before taking an Immediate-binding claim.
+    #[arg(long, default_value = "20s", value_parser = parse_go_duration,
+          value_name = "DURATION")]
     pub node_deployment_base_delay: Duration,
 
-    /// Longest delay before trying to claim an Immediate-binding PVC.
-    #[arg(long, default_value = "60s", value_parser = parse_go_duration)]
+    /// In a node deployment, longest wait before taking an Immediate-binding claim.
+    #[arg(long, default_value = "60s", value_parser = parse_go_duration,
+          value_name = "DURATION")]
     pub node_deployment_max_delay: Duration,
 }
 
 /// Logging (component-base's logging flags).
 #[derive(Clone, Debug, clap::Args)]
+#[command(next_help_heading = heading::LOGGING)]
 pub struct LoggingArgs {
-    /// Log verbosity.
+    /// Log verbosity: up to 4, what the sidecar does and why it fails; 5 adds
+    /// every call to the driver with its request and response; 8 adds the logs
+    /// of the libraries underneath.
     #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
     pub v: u8,
 
-    /// Per-file verbosity, `pattern=N,...`: a pattern matches a source file name
-    /// without `.rs` (`claim`), a path if it has `/`, a module path if it has `::`
-    /// (text format only; repeatable).
+    /// Verbosity per source file, PATTERN=N,...: a pattern is a file name without
+    /// .rs (claim), a path if it has a /, a module path if it has :: (text format
+    /// only; repeatable).
     #[arg(long, action = ArgAction::Append, value_parser = parse_vmodule,
           value_name = "PATTERN=N,...")]
     pub vmodule: Vec<VModuleList>,
 
     /// Log format.
-    #[arg(long, value_enum, default_value = "text")]
+    #[arg(long, value_enum, default_value = "text", value_name = "FORMAT")]
     pub logging_format: LogFormat,
 
-    /// Longest time between log flushes.
-    #[arg(long, default_value = "5s", value_parser = parse_go_duration)]
+    /// Accepted and checked; lines are written as they are logged, so there is
+    /// nothing to flush.
+    #[arg(long, default_value = "5s", value_parser = parse_go_duration,
+          value_name = "DURATION")]
     pub log_flush_frequency: Duration,
 
-    /// [Alpha] Text format: errors to stderr, info to stdout (needs LoggingAlphaOptions).
+    /// [Alpha] Text format: errors to stderr, the rest to stdout (needs
+    /// --feature-gates=LoggingAlphaOptions=true).
     #[arg(long)]
     pub log_text_split_stream: bool,
 
-    /// [Alpha] Text format with split streams: info buffer size (512, 1k, 2Ki, 5Mi).
-    #[arg(long, default_value = "0", value_parser = parse_byte_quantity)]
+    /// [Alpha] Text format with split streams: buffer size of stdout (512, 1k, 2Ki,
+    /// 5Mi); accepted and checked, lines are not buffered.
+    #[arg(long, default_value = "0", value_parser = parse_byte_quantity,
+          value_name = "SIZE")]
     pub log_text_info_buffer_size: u64,
 
-    /// [Alpha] JSON format: errors to stderr, info to stdout (needs LoggingAlphaOptions).
+    /// [Alpha] JSON format: errors to stderr, the rest to stdout (needs
+    /// --feature-gates=LoggingAlphaOptions=true).
     #[arg(long)]
     pub log_json_split_stream: bool,
 
-    /// [Alpha] JSON format with split streams: info buffer size (512, 1k, 2Ki, 5Mi).
-    #[arg(long, default_value = "0", value_parser = parse_byte_quantity)]
+    /// [Alpha] JSON format with split streams: buffer size of stdout (512, 1k, 2Ki,
+    /// 5Mi); accepted and checked, lines are not buffered.
+    #[arg(long, default_value = "0", value_parser = parse_byte_quantity,
+          value_name = "SIZE")]
     pub log_json_info_buffer_size: u64,
 }
 
@@ -350,9 +432,13 @@ pub enum LogFormat {
 ///   which is an error, exactly as with Go's flag packages;
 /// - every other flag takes the next argument as its value even when it
 ///   starts with `-` (`--volume-name-uuid-length -1`), as pflag does.
+///
+/// Help shows a default only where it says something, as Go's flag package
+/// does: not `false`, not an empty string. A flag whose feature is not built
+/// yet ([`NOT_SUPPORTED_YET`]) says so in its help.
 pub fn command() -> clap::Command {
     Args::command().mut_args(|arg| {
-        if matches!(arg.get_action(), ArgAction::SetTrue) {
+        let arg = if matches!(arg.get_action(), ArgAction::SetTrue) {
             let default_true = arg
                 .get_default_values()
                 .first()
@@ -369,7 +455,33 @@ pub fn command() -> clap::Command {
             arg.allow_hyphen_values(true)
         } else {
             arg
+        };
+        let says_nothing = arg
+            .get_default_values()
+            .iter()
+            .all(|v| v.is_empty() || v == "false");
+        let arg = arg.hide_default_value(says_nothing);
+        if is_not_supported_yet(&arg) {
+            let note = "(not built yet: turning it on stops the program with an error)";
+            let help = arg.get_help().map(|h| format!("{h} {note}"));
+            let long_help = arg.get_long_help().map(|h| format!("{h} {note}"));
+            let arg = arg.help(help.unwrap_or_else(|| note.into()));
+            match long_help {
+                Some(h) => arg.long_help(h),
+                None => arg,
+            }
+        } else {
+            arg
         }
+    })
+}
+
+/// Whether `arg` is a flag of [`NOT_SUPPORTED_YET`] (by its long name).
+fn is_not_supported_yet(arg: &clap::Arg) -> bool {
+    arg.get_long().is_some_and(|long| {
+        NOT_SUPPORTED_YET
+            .iter()
+            .any(|row| row.flag.strip_prefix("--") == Some(long))
     })
 }
 

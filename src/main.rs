@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use csi_provisioner::config::{self, Config, Env, LogFormat};
+use csi_provisioner::console;
 use csi_provisioner::logging;
 use csi_provisioner::provision::ProvisionOptions;
 use csi_provisioner::run::{LeaderElection, RunConfig, run};
@@ -13,28 +14,21 @@ fn main() -> ExitCode {
     let args = match config::parse_from(argv.clone()) {
         Ok(a) => a,
         Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => {
-            print!("{e}");
-            return ExitCode::SUCCESS;
+            return print(&e.render().to_string());
         }
         Err(e) => {
-            eprintln!("{}", config::error_line(&e));
+            console::err(&format!("{}\n", config::error_line(&e)));
             return ExitCode::from(e.exit_code() as u8);
         }
     };
     if args.version {
-        println!(
-            "{} {}",
-            argv.first()
-                .map(String::as_str)
-                .unwrap_or("csi-provisioner"),
-            env!("CARGO_PKG_VERSION")
-        );
-        return ExitCode::SUCCESS;
+        let program = argv.first().map_or("csi-provisioner", String::as_str);
+        return print(&format!("{program} {}\n", env!("CARGO_PKG_VERSION")));
     }
     let cfg = match Config::from_args(&args, &Env::from_process()) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("{e}");
+            console::err(&format!("{e}\n"));
             return ExitCode::from(1);
         }
     };
@@ -60,7 +54,7 @@ fn main() -> ExitCode {
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("failed to start the async runtime: {e}");
+            console::err(&format!("failed to start the async runtime: {e}\n"));
             return ExitCode::from(1);
         }
     };
@@ -71,7 +65,7 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 tracing::error!("{e}");
-                eprintln!("{e}");
+                console::err(&format!("{e}\n"));
                 ExitCode::from(1)
             }
         }
@@ -79,6 +73,18 @@ fn main() -> ExitCode {
     // Never hang on shutdown: stuck calls get a short grace period.
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
     code
+}
+
+/// Prints what the user asked for (help, version): success, also when the
+/// reader stopped reading; 1 when stdout cannot be written.
+fn print(text: &str) -> ExitCode {
+    match console::out(text) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            console::err(&format!("failed to write to stdout: {e}\n"));
+            ExitCode::from(1)
+        }
+    }
 }
 
 fn run_config(cfg: &Config) -> RunConfig {
@@ -140,7 +146,7 @@ async fn shutdown_on_signal(stop: CancellationToken) {
         _ = int.recv() => {},
         _ = tokio::time::sleep(std::time::Duration::from_secs(30)) => {
             tracing::error!("shutdown did not finish within 30s; exiting");
-            eprintln!("shutdown did not finish within 30s; exiting");
+            console::err("shutdown did not finish within 30s; exiting\n");
         }
     }
     std::process::exit(1);

@@ -219,3 +219,122 @@ fn split_stream_sends_non_errors_to_stdout() {
     );
     assert!(err.is_empty(), "stderr: {err}");
 }
+
+/// Runs the binary with stdout (or stderr) connected to a pipe whose reading
+/// end is already closed, as in `csi-provisioner --help | head -1` once `head`
+/// has gone: every write fails with EPIPE.
+fn run_with_closed(stream: &str, args: &[&str]) -> Output {
+    let (reader, writer) = std::io::pipe().expect("creating a pipe");
+    drop(reader);
+    let mut cmd = Command::new(workspace_bin("csi-provisioner"));
+    cmd.args(args).env_remove("KUBECONFIG").stdin(Stdio::null());
+    match stream {
+        "stdout" => cmd.stdout(writer).stderr(Stdio::piped()),
+        "stderr" => cmd.stdout(Stdio::piped()).stderr(writer),
+        _ => unreachable!("{stream}"),
+    };
+    cmd.output().expect("running csi-provisioner")
+}
+
+#[test]
+fn help_and_version_exit_0_quietly_when_the_reader_has_gone() {
+    for args in [&["--help"][..], &["-h"], &["--version"], &["-version"]] {
+        let out = run_with_closed("stdout", args);
+        let err = stderr(&out);
+        assert!(!err.contains("panicked"), "{args:?}:\n{err}");
+        assert_eq!(out.status.code(), Some(0), "{args:?}:\n{err}");
+        assert!(err.is_empty(), "{args:?}: nothing to say on stderr:\n{err}");
+    }
+}
+
+#[test]
+fn a_usage_error_keeps_its_exit_code_when_stderr_is_gone() {
+    let out = run_with_closed("stderr", &["--no-such-flag"]);
+    assert_eq!(out.status.code(), Some(2), "not a panic (101): {out:?}");
+    let out = run_with_closed(
+        "stderr",
+        &["--csi-address=/nonexistent.sock", "--enable-capacity"],
+    );
+    assert_eq!(out.status.code(), Some(1), "not a panic (101): {out:?}");
+}
+
+/// The headings of `--help`, in order: the flags grouped by what they configure.
+const HEADINGS: [&str; 10] = [
+    "Options:",
+    "CSI driver connection:",
+    "Kubernetes API client:",
+    "Leader election:",
+    "Provisioning:",
+    "Data sources (clones and snapshots):",
+    "Storage capacity:",
+    "Node deployment:",
+    "Metrics and HTTP:",
+    "Feature gates and logging:",
+];
+
+#[test]
+fn help_says_what_the_program_is_then_groups_the_flags() {
+    for flag in ["--help", "-h"] {
+        let out = run(&[flag]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let help = String::from_utf8_lossy(&out.stdout);
+        let first = help.lines().next().unwrap_or_default();
+        assert!(
+            first.contains("external-provisioner") && first.contains("PersistentVolumes"),
+            "{flag}: the first line says what the program is: {first:?}"
+        );
+        // Notes for readers of the code (rustdoc links, clap internals) stay in the code.
+        for note in ["[`", "parse_from", "clap"] {
+            assert!(!help.contains(note), "{flag}: {note:?} in:\n{help}");
+        }
+        let flags = help.split("\nEnvironment:").next().unwrap_or_default();
+        let headings: Vec<&str> = flags
+            .lines()
+            .filter(|l| !l.starts_with(' ') && l.ends_with(':'))
+            .collect();
+        assert_eq!(headings, HEADINGS, "{flag}:\n{help}");
+        // Each group holds its flags: a flag is listed under the heading before it.
+        let under = |flag_name: &str| {
+            let at = help
+                .find(&format!("--{flag_name}"))
+                .unwrap_or_else(|| panic!("--{flag_name} missing:\n{help}"));
+            HEADINGS.iter().rfind(|h| help[..at].contains(*h)).copied()
+        };
+        for (flag_name, heading) in [
+            ("csi-address", "CSI driver connection:"),
+            ("kube-api-burst", "Kubernetes API client:"),
+            ("leader-election-labels", "Leader election:"),
+            ("worker-threads", "Provisioning:"),
+            (
+                "prevent-volume-mode-conversion",
+                "Data sources (clones and snapshots):",
+            ),
+            ("capacity-ownerref-level", "Storage capacity:"),
+            ("node-deployment-max-delay", "Node deployment:"),
+            ("metrics-path", "Metrics and HTTP:"),
+            ("feature-gates", "Feature gates and logging:"),
+            ("log-json-info-buffer-size", "Feature gates and logging:"),
+        ] {
+            assert_eq!(under(flag_name), Some(heading), "--{flag_name} ({flag})");
+        }
+    }
+    let help = String::from_utf8_lossy(&run(&["--help"]).stdout).into_owned();
+    // The long form says more: where it runs, the environment, the exit codes.
+    for needed in ["sidecar", "KUBECONFIG", "POD_NAMESPACE", "Exit status"] {
+        assert!(help.contains(needed), "{needed:?} missing:\n{help}");
+    }
+    // A default is shown where it says something, as Go's flag package does.
+    assert!(help.contains("[default: 10s]"), "{help}");
+    assert!(!help.contains("[default: false]"), "{help}");
+    assert!(!help.contains("[default: \"\"]"), "{help}");
+}
+
+#[test]
+fn help_says_which_flags_are_not_built_yet() {
+    let help = String::from_utf8_lossy(&run(&["--help"]).stdout).into_owned();
+    for flag in ["--enable-capacity", "--node-deployment", "--enable-pprof"] {
+        let at = help.find(&format!("{flag}[")).expect(flag);
+        let entry: String = help[at..].lines().take(5).collect::<Vec<_>>().join("\n");
+        assert!(entry.contains("not built yet"), "{flag}:\n{entry}");
+    }
+}

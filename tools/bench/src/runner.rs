@@ -804,7 +804,7 @@ async fn populate(
             t0.elapsed() < Duration::from_secs(900),
             "only {bound}/{objects} bound after 900 s"
         );
-        if t0.elapsed().as_secs() % 5 == 0 {
+        if t0.elapsed().as_secs().is_multiple_of(5) {
             ctx.say(&format!("idle: {bound}/{objects} bound"));
         }
         tokio::time::sleep(Duration::from_secs(1)).await;

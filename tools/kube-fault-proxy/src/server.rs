@@ -228,11 +228,11 @@ async fn handle(
         }
     }
     let watch = info.verb == "watch";
-    if let Some(headers) = builder.headers_mut() {
-        if watch {
-            // The filter reads JSON events; clients decode whatever the response says it is.
-            headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
-        }
+    if let Some(headers) = builder.headers_mut()
+        && watch
+    {
+        // The filter reads JSON events; clients decode whatever the response says it is.
+        headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
     }
     let upstream = match builder.body(kube::client::Body::from(body)) {
         Ok(r) => r,
