@@ -60,3 +60,9 @@ pub const CLAIM_KIND: &str = "PersistentVolumeClaim";
 /// The event source of the events upstream's provisioner (not its shared
 /// controller library) records, such as the populator note.
 pub const EVENT_SOURCE_PROVISIONER: &str = "external-provisioner";
+
+/// Put on a VolumeSnapshot before a volume is restored from it, removed after.
+pub const FINALIZER_SNAPSHOT_SOURCE: &str =
+    "provisioner.storage.kubernetes.io/volumesnapshot-as-source-protection";
+/// On a VolumeSnapshotContent: restores into another volume mode are allowed.
+pub const ANN_ALLOW_VOLUME_MODE_CHANGE: &str = "snapshot.storage.k8s.io/allow-volume-mode-change";

@@ -108,6 +108,7 @@ fn run_config(cfg: &Config) -> RunConfig {
             immediate_topology: p.immediate_topology,
             topology_gate: cfg.feature_gates.topology,
             volume_attributes_class: cfg.feature_gates.volume_attributes_class.unwrap_or(true),
+            prevent_volume_mode_conversion: p.prevent_volume_mode_conversion,
         },
         discover_volume_attributes_class: cfg.feature_gates.volume_attributes_class.is_none(),
         http_endpoint: cfg.http.as_ref().map(|h| h.address.clone()),

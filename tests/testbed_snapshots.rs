@@ -6,24 +6,15 @@
 
 mod support;
 
-use std::process::Command;
-
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use serde_json::json;
 
-use support::{ChildProcess, DEADLINE, Rig, cluster, unique_name, wait_for};
-
-fn resource(group: &str, version: &str, kind: &str) -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
-}
-
-fn object(value: serde_json::Value) -> DynamicObject {
-    serde_json::from_value(value).expect("a valid object")
-}
+use support::{
+    DEADLINE, Rig, Snapshotter, cluster, dynamic, snapshot_resource, unique_name, wait_for,
+};
 
 #[tokio::test]
 async fn a_volume_snapshot_of_a_claim_becomes_a_backend_snapshot_and_goes_with_it() {
-    let cluster = cluster().await;
     let rig = Rig::builder("tb-snap")
         .driver(|d| {
             d.capabilities = vec!["+CREATE_DELETE_SNAPSHOT".into(), "+LIST_SNAPSHOTS".into()]
@@ -34,66 +25,8 @@ async fn a_volume_snapshot_of_a_claim_becomes_a_backend_snapshot_and_goes_with_i
     let pv = rig.wait_bound("source").await;
     let volume_handle = pv.spec.unwrap().csi.unwrap().volume_handle;
 
-    let mut snapshotter = ChildProcess::spawn(Command::new(cluster.bin("csi-snapshotter")).args([
-        format!("--csi-address={}", rig.driver.endpoint.display()),
-        format!("--kubeconfig={}", cluster.kubeconfig.display()),
-        "--leader-election=false".to_string(),
-        "--v=4".to_string(),
-    ]));
-
-    let class_name = unique_name("tb-snap");
-    let classes: Api<DynamicObject> = Api::all_with(
-        rig.client.clone(),
-        &resource("snapshot.storage.k8s.io", "v1", "VolumeSnapshotClass"),
-    );
-    classes
-        .create(
-            &PostParams::default(),
-            &object(json!({
-                "apiVersion": "snapshot.storage.k8s.io/v1",
-                "kind": "VolumeSnapshotClass",
-                "metadata": {"name": class_name},
-                "driver": rig.driver_name,
-                "deletionPolicy": "Delete",
-            })),
-        )
-        .await
-        .expect("creating the VolumeSnapshotClass");
-    let snapshots: Api<DynamicObject> = Api::namespaced_with(
-        rig.client.clone(),
-        &rig.ns.name,
-        &resource("snapshot.storage.k8s.io", "v1", "VolumeSnapshot"),
-    );
-    snapshots
-        .create(
-            &PostParams::default(),
-            &object(json!({
-                "apiVersion": "snapshot.storage.k8s.io/v1",
-                "kind": "VolumeSnapshot",
-                "metadata": {"name": "snap", "namespace": rig.ns.name},
-                "spec": {
-                    "volumeSnapshotClassName": class_name,
-                    "source": {"persistentVolumeClaimName": "source"},
-                },
-            })),
-        )
-        .await
-        .expect("creating the VolumeSnapshot");
-
-    let ready = wait_for(
-        "the VolumeSnapshot to be ready to use",
-        DEADLINE,
-        || async {
-            let snap = snapshots.get("snap").await.expect("reading the snapshot");
-            let status = snap.data.get("status").cloned().unwrap_or_default();
-            if status.get("readyToUse") == Some(&json!(true)) {
-                Ok(status)
-            } else {
-                Err(status)
-            }
-        },
-    )
-    .await;
+    let snapshotter = Snapshotter::start(&rig).await;
+    let ready = snapshotter.snapshot("snap", "source").await;
     assert_eq!(ready["restoreSize"], json!("2Gi"), "{ready}");
     let content_name = ready["boundVolumeSnapshotContentName"]
         .as_str()
@@ -107,7 +40,7 @@ async fn a_volume_snapshot_of_a_claim_becomes_a_backend_snapshot_and_goes_with_i
     assert_eq!(backend.size_bytes, 2 << 30);
     let contents: Api<DynamicObject> = Api::all_with(
         rig.client.clone(),
-        &resource("snapshot.storage.k8s.io", "v1", "VolumeSnapshotContent"),
+        &snapshot_resource("VolumeSnapshotContent"),
     );
     let content = contents.get(&content_name).await.expect("the content");
     assert_eq!(
@@ -116,7 +49,8 @@ async fn a_volume_snapshot_of_a_claim_becomes_a_backend_snapshot_and_goes_with_i
     );
 
     // Deleting the snapshot (deletionPolicy Delete) deletes the backend snapshot.
-    snapshots
+    snapshotter
+        .snapshots()
         .delete("snap", &DeleteParams::default())
         .await
         .expect("deleting the snapshot");
@@ -129,14 +63,8 @@ async fn a_volume_snapshot_of_a_claim_becomes_a_backend_snapshot_and_goes_with_i
         }
     })
     .await;
-    let deletes = rig.ledger().await.call_count("DeleteSnapshot");
-    assert!(deletes >= 1, "DeleteSnapshot was called");
-
-    snapshotter.kill();
-    classes
-        .delete(&class_name, &DeleteParams::default())
-        .await
-        .expect("deleting the class");
+    assert!(rig.ledger().await.call_count("DeleteSnapshot") >= 1);
+    snapshotter.cleanup().await;
     rig.cleanup().await;
 }
 
@@ -146,13 +74,17 @@ async fn the_reference_grant_crd_is_served_as_upstream_reads_it() {
     let grants: Api<DynamicObject> = Api::namespaced_with(
         cluster.client.clone(),
         "default",
-        &resource("gateway.networking.k8s.io", "v1beta1", "ReferenceGrant"),
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "gateway.networking.k8s.io",
+            "v1beta1",
+            "ReferenceGrant",
+        )),
     );
     let name = unique_name("tb-grant");
     grants
         .create(
             &PostParams::default(),
-            &object(json!({
+            &dynamic(json!({
                 "apiVersion": "gateway.networking.k8s.io/v1beta1",
                 "kind": "ReferenceGrant",
                 "metadata": {"name": name, "namespace": "default"},

@@ -5,6 +5,7 @@ mod events;
 mod finalizers;
 pub mod lease;
 pub mod slim;
+pub mod snapshot;
 pub mod throttle;
 
 pub use events::{EventRecorder, EventType};

@@ -8,6 +8,7 @@ mod pv;
 pub mod quantity;
 mod request;
 pub mod secrets;
+pub mod snapshot;
 pub mod topology;
 
 pub use claim::ClaimView;
@@ -36,6 +37,8 @@ pub struct ProvisionOptions {
     /// The `VolumeAttributesClass` feature gate, resolved at start-up (on
     /// unless turned off or the API server does not serve the kind).
     pub volume_attributes_class: bool,
+    /// `--prevent-volume-mode-conversion`.
+    pub prevent_volume_mode_conversion: bool,
 }
 
 impl Default for ProvisionOptions {
@@ -50,6 +53,7 @@ impl Default for ProvisionOptions {
             immediate_topology: true,
             topology_gate: true,
             volume_attributes_class: true,
+            prevent_volume_mode_conversion: true,
         }
     }
 }
@@ -92,6 +96,13 @@ pub enum ProvisionError {
         "data source ({kind}) is not handled by the provisioner, assuming an external populator will provision it"
     )]
     ExternalPopulator { kind: String },
+    #[error(
+        "CSI driver does not support snapshot restore: controller CREATE_DELETE_SNAPSHOT capability is not reported"
+    )]
+    SnapshotRestoreNotSupported,
+    /// The driver answered a restore without saying what it restored from.
+    #[error("volume content source missing")]
+    ContentSourceMissing,
     #[error(
         "CSI driver does not support dynamic provisioning: {missing} capability is not reported"
     )]

@@ -44,6 +44,9 @@ pub fn build_pv(
             want: prepared.requested_bytes,
         });
     }
+    if prepared.request.volume_content_source.is_some() && volume.content_source.is_none() {
+        return Err(ProvisionError::ContentSourceMissing);
+    }
     let spec = claim.spec.clone().unwrap_or_default();
     let access_modes = spec.access_modes.clone().unwrap_or_default();
 

@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::secrets::{self, SecretKind, SecretRef, TemplateInputs};
+use super::snapshot::SnapshotSource;
 use super::{ClaimView, DriverInfo, ProvisionError, ProvisionOptions, quantity, volume_name};
 use crate::csi::pb;
 use crate::keys;
@@ -23,6 +24,9 @@ pub struct PreparedVolume {
     pub fs_type: String,
     pub requested_bytes: i64,
     pub block: bool,
+    /// The snapshot to restore, read by the controller (live) to fill the
+    /// request's content source.
+    pub snapshot: Option<SnapshotSource>,
 }
 
 impl PreparedVolume {
@@ -34,9 +38,9 @@ impl PreparedVolume {
 /// The checks of a data source that come first, before anything else about
 /// the claim (upstream: `dataSource` and the kind switch of
 /// `prepareProvision`): a populator's kind is not ours to provision.
-fn data_source(view: ClaimView) -> Result<(), ProvisionError> {
+fn data_source(view: ClaimView) -> Result<Option<SnapshotSource>, ProvisionError> {
     let Some(source) = view.data_source() else {
-        return Ok(());
+        return Ok(None);
     };
     if source.namespace.is_some() {
         return Err(ProvisionError::CrossNamespaceDataSource);
@@ -52,7 +56,11 @@ fn data_source(view: ClaimView) -> Result<(), ProvisionError> {
                 got: source.api_group.to_string(),
             })
         }
-        keys::SNAPSHOT_KIND | keys::CLAIM_KIND => Err(ProvisionError::DataSourceNotSupported {
+        keys::SNAPSHOT_KIND => Ok(Some(SnapshotSource {
+            namespace: view.namespace().to_string(),
+            name: source.name.to_string(),
+        })),
+        keys::CLAIM_KIND => Err(ProvisionError::DataSourceNotSupported {
             kind: source.kind.to_string(),
         }),
         other => Err(ProvisionError::ExternalPopulator {
@@ -78,7 +86,7 @@ pub fn prepare(
     opts: &ProvisionOptions,
 ) -> Result<PreparedVolume, ProvisionError> {
     let view = ClaimView(claim);
-    data_source(view)?;
+    let snapshot = data_source(view)?;
     if !driver.capabilities.controller_service {
         return Err(ProvisionError::ProvisioningNotSupported {
             missing: "plugin CONTROLLER_SERVICE",
@@ -88,6 +96,9 @@ pub fn prepare(
         return Err(ProvisionError::ProvisioningNotSupported {
             missing: "controller CREATE_DELETE_VOLUME",
         });
+    }
+    if snapshot.is_some() && !driver.capabilities.create_delete_snapshot {
+        return Err(ProvisionError::SnapshotRestoreNotSupported);
     }
     let pv_name = volume_name(
         &opts.volume_name_prefix,
@@ -202,6 +213,7 @@ pub fn prepare(
         fs_type,
         requested_bytes,
         block,
+        snapshot,
     })
 }
 
@@ -509,6 +521,12 @@ pub(crate) mod tests {
             (rwop_mixed, class(&[]), driver(), "ReadWriteOncePod"),
             (with_selector, class(&[]), driver(), "Selector"),
             (with_source, class(&[]), driver(), "not supported yet"),
+            (
+                with_data_source(Some("snapshot.storage.k8s.io"), "VolumeSnapshot", "snap"),
+                class(&[]),
+                driver(),
+                "CSI driver does not support snapshot restore: controller CREATE_DELETE_SNAPSHOT capability is not reported",
+            ),
             (
                 with_source_ref("other"),
                 class(&[]),

@@ -12,6 +12,7 @@ mod namespace;
 mod process;
 mod rbac;
 mod rig;
+mod snapshots;
 mod wait;
 
 pub use cluster::{Cluster, cluster, testbed_bin};
@@ -21,6 +22,7 @@ pub use namespace::TestNamespace;
 pub use process::{ChildProcess, wait_for_socket, workspace_bin};
 pub use rbac::{PROVISIONER_USER, ShippedRbac, grant_lease_role, grant_provisioner_rbac};
 pub use rig::{DEADLINE, Rig, RigBuilder};
+pub use snapshots::{Snapshotter, dynamic, snapshot_resource};
 pub use wait::{Observation, wait_for, wait_for_deleted};
 
 /// Annotations and finalizers written by Kubernetes components (not by us); the tests check

@@ -75,8 +75,23 @@ pub async fn abandon(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Ac
         info!(claim = %fresh.key(), volume = %handle, "deleted the volume of a claim deleted during provisioning");
     }
     ctx.claims.forget_created(uid);
+    // No volume is being made from the claim's snapshot any more.
+    if let Some(source) = restored_snapshot(&claim) {
+        super::create::release_snapshot(ctx, &source).await;
+    }
     release_now(ctx, &claim).await?;
     Ok(Action::await_change())
+}
+
+/// The snapshot a claim is restored from, if any.
+fn restored_snapshot(claim: &PersistentVolumeClaim) -> Option<provision::snapshot::SnapshotSource> {
+    let source = ClaimView(claim).data_source()?;
+    (source.kind == keys::SNAPSHOT_KIND && source.namespace.is_none()).then(|| {
+        provision::snapshot::SnapshotSource {
+            namespace: ClaimView(claim).namespace().to_string(),
+            name: source.name.to_string(),
+        }
+    })
 }
 
 /// A cleanup that got as far as recording the handle must not create the
@@ -130,6 +145,15 @@ async fn find_volume(
         .await
         .ok()
         .flatten();
+    // A restore's request names its snapshot: the same handle, read from the
+    // content (our finalizer keeps the snapshot while the claim holds the
+    // intent). Without it the driver answers AlreadyExists and the claim waits.
+    if let Some(source) = &prepared.snapshot
+        && let Ok((_, Some(content))) = super::create::read_snapshot(ctx, source).await
+        && let Some(handle) = content.status.and_then(|s| s.snapshot_handle)
+    {
+        prepared.request.volume_content_source = Some(provision::snapshot::from_handle(handle));
+    }
     if let Some(name) = view.vac_name(&ctx.options) {
         let api: Api<k8s_openapi::api::storage::v1::VolumeAttributesClass> =
             Api::all(ctx.client.clone());

@@ -26,7 +26,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::abandon::delete_volume;
 use super::decide::{Gate, Work, gate, work_for};
@@ -35,7 +35,10 @@ use super::intent::{self, Confirmed};
 use crate::controller::topology::{self, TopologyError};
 use crate::controller::{Context, bound_claim_uid};
 use crate::csi::{CsiErrorClass, classify, pb};
-use crate::kube::{EventType, get_fresh, is_conflict};
+use crate::keys;
+use crate::kube::snapshot::{VolumeSnapshot, VolumeSnapshotContent};
+use crate::kube::{EventType, api_message, get_fresh, is_conflict};
+use crate::provision::snapshot::SnapshotSource;
 use crate::provision::{self, ClaimView, PreparedVolume, ProvisionError};
 
 /// How often a changed claim is re-read and re-decided within one attempt
@@ -106,11 +109,18 @@ pub async fn provision(
 
     let mut copy = cached.clone();
     for _ in 0..CONFIRM_ROUNDS {
-        let (prepared, request) = prepare(ctx, &copy, &class).await?;
+        let (prepared, request, snapshot) = prepare(ctx, &copy, &class).await?;
         match intent::record(&ctx.client, &copy).await? {
             Confirmed::Current(claim) => {
+                if let Some(snapshot) = &snapshot {
+                    protect_snapshot(ctx, &claim, snapshot).await?;
+                }
                 let volume = create_volume(ctx, &claim, &class, request).await?;
-                return save(ctx, &claim, &class, &prepared, volume).await;
+                let action = save(ctx, &claim, &class, &prepared, volume).await?;
+                if let Some(source) = &prepared.snapshot {
+                    release_snapshot(ctx, source).await;
+                }
+                return Ok(action);
             }
             Confirmed::Changed(fresh) => {
                 let still = ClaimView(&fresh);
@@ -170,17 +180,52 @@ fn cached_pv(ctx: &Context, claim: ClaimView) -> CachedPv {
 }
 
 /// Everything the request needs, from `claim` as it is: the request itself
-/// (pure), the VolumeAttributesClass's parameters, the topology and the
-/// provisioner secret. Any failure is shown on the claim.
+/// (pure), the snapshot it restores (read live, returned to be protected),
+/// the VolumeAttributesClass's parameters, the topology and the provisioner
+/// secret. Any failure is shown on the claim.
 pub(super) async fn prepare(
     ctx: &Context,
     claim: &PersistentVolumeClaim,
     class: &StorageClass,
-) -> Result<(PreparedVolume, pb::CreateVolumeRequest), ClaimError> {
+) -> Result<
+    (
+        PreparedVolume,
+        pb::CreateVolumeRequest,
+        Option<VolumeSnapshot>,
+    ),
+    ClaimError,
+> {
     let fail = |e: ClaimError| report(ctx, claim, e);
     let prepared =
         provision::prepare(claim, class, &ctx.driver, &ctx.options).map_err(|e| fail(e.into()))?;
     let mut request = prepared.request.clone();
+    let mut source_snapshot = None;
+    if let Some(source) = &prepared.snapshot {
+        let refused = |reason: String| {
+            fail(ClaimError::SnapshotSource {
+                name: source.name.clone(),
+                reason,
+            })
+        };
+        let (snapshot, content) = read_snapshot(ctx, source).await.map_err(|e| {
+            refused(format!(
+                "error getting snapshot {} from api server: {}",
+                source.name,
+                api_message(&e)
+            ))
+        })?;
+        request.volume_content_source = Some(
+            provision::snapshot::content_source(
+                claim,
+                &class.provisioner,
+                &snapshot,
+                content.as_ref(),
+                ctx.options.prevent_volume_mode_conversion,
+            )
+            .map_err(refused)?,
+        );
+        source_snapshot = Some(snapshot);
+    }
     if let Some(name) = ClaimView(claim).vac_name(&ctx.options) {
         request.mutable_parameters = vac_parameters(ctx, name).await.map_err(fail)?;
     }
@@ -210,7 +255,59 @@ pub(super) async fn prepare(
             })
         })?;
     }
-    Ok((prepared, request))
+    Ok((prepared, request, source_snapshot))
+}
+
+/// A snapshot and, when it names one that can be read, its content.
+pub(super) async fn read_snapshot(
+    ctx: &Context,
+    source: &SnapshotSource,
+) -> Result<(VolumeSnapshot, Option<VolumeSnapshotContent>), kube::Error> {
+    let snapshot = Api::<VolumeSnapshot>::namespaced(ctx.client.clone(), &source.namespace)
+        .get(&source.name)
+        .await?;
+    let content = match snapshot
+        .status
+        .as_ref()
+        .and_then(|s| s.bound_volume_snapshot_content_name.as_deref())
+    {
+        Some(name) => Api::<VolumeSnapshotContent>::all(ctx.client.clone())
+            .get(name)
+            .await
+            .map_err(|e| debug!(content = name, error = %e, "cannot read the snapshot's content"))
+            .ok(),
+        None => None,
+    };
+    Ok((snapshot, content))
+}
+
+/// The source-protection finalizer on the snapshot as read, before the
+/// volume is made from it: a snapshot being deleted is never used unless it
+/// was protected first (the API server gives no new finalizer to an object
+/// being deleted).
+async fn protect_snapshot(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+    snapshot: &VolumeSnapshot,
+) -> Result<(), ClaimError> {
+    let api = Api::<VolumeSnapshot>::namespaced(
+        ctx.client.clone(),
+        snapshot.metadata.namespace.as_deref().unwrap_or_default(),
+    );
+    crate::kube::snapshot::protect(&api, snapshot, keys::FINALIZER_SNAPSHOT_SOURCE)
+        .await
+        .map_err(|e| report(ctx, claim, ClaimError::ProtectSnapshot(e)))
+}
+
+/// Lets the snapshot go once the volume made from it is saved. Best effort:
+/// the orphan sweep removes a finalizer left behind.
+pub(super) async fn release_snapshot(ctx: &Context, source: &SnapshotSource) {
+    let api = Api::<VolumeSnapshot>::namespaced(ctx.client.clone(), &source.namespace);
+    if let Err(e) =
+        crate::kube::snapshot::unprotect(&api, &source.name, keys::FINALIZER_SNAPSHOT_SOURCE).await
+    {
+        warn!(snapshot = %source.name, error = %e, "failed to remove the source-protection finalizer");
+    }
 }
 
 /// The parameters of the VolumeAttributesClass `name`, read from the API
@@ -311,7 +408,7 @@ async fn save(
     let pv = match provision::build_pv(prepared, claim, class, &response, &ctx.driver, &ctx.options)
     {
         Ok(pv) => pv,
-        Err(e @ ProvisionError::VolumeTooSmall { .. }) => {
+        Err(e @ (ProvisionError::VolumeTooSmall { .. } | ProvisionError::ContentSourceMissing)) => {
             // The driver broke its contract; the volume is useless to this
             // claim and no PV points to it (upstream deletes it too).
             let cleanup = delete_volume(ctx, prepared.provisioner_secret(), &handle).await;

@@ -35,6 +35,12 @@ pub enum ClaimError {
         #[source]
         source: kube::Error,
     },
+    /// The snapshot to restore cannot be used now (read live; retried).
+    #[error("error getting handle for DataSource Type VolumeSnapshot by Name {name}: {reason}")]
+    SnapshotSource { name: String, reason: String },
+    /// The source-protection finalizer could not be put on the snapshot.
+    #[error("{}", api_message(.0))]
+    ProtectSnapshot(#[source] kube::Error),
     /// Reading the selected node's CSINode/Node or the cluster's nodes.
     #[error("error generating accessibility requirements: {}", api_message(.0))]
     ReadTopology(#[source] kube::Error),
@@ -107,6 +113,8 @@ impl ClaimError {
             Invalid(_)
             | GetSecret { .. }
             | GetVolumeAttributesClass { .. }
+            | SnapshotSource { .. }
+            | ProtectSnapshot(_)
             | ReadTopology(_)
             | CreateVolume { .. }
             | Orphaned { .. }
@@ -190,6 +198,8 @@ impl ClaimError {
             Invalid(_) => "invalid",
             GetSecret { .. } => "get_secret",
             GetVolumeAttributesClass { .. } => "get_volume_attributes_class",
+            SnapshotSource { .. } => "snapshot_source",
+            ProtectSnapshot(_) => "protect_snapshot",
             ReadTopology(_) => "read_topology",
             RecordIntent(_) => "record_intent",
             CreateVolume { .. } => "create_volume",
@@ -211,7 +221,10 @@ impl ClaimError {
 pub fn labels(claim: &PersistentVolumeClaim) -> ClaimLabels {
     ClaimLabels {
         class: ClaimView(claim).class().unwrap_or_default().to_string(),
-        source: String::new(),
+        source: ClaimView(claim)
+            .data_source()
+            .map(|d| d.kind.to_string())
+            .unwrap_or_default(),
     }
 }
 
