@@ -9,6 +9,10 @@
 #           otherwise scratch, which needs no registry: see below)
 #   ENGINE  podman (default) or docker
 #
+# `scripts/image.sh --binary-only` stops after the static binary and prints its
+# path (`make test` builds it before the tests, so that tests/image.rs does not
+# compile a release build while the other tests run).
+#
 # Everything the build needs is installed here if missing (the rust target,
 # and musl-gcc for ring's C code), because CI starts from a clean machine.
 set -euo pipefail
@@ -23,7 +27,8 @@ default_base=$(sed -n 's/^ARG BASE=//p' Dockerfile)
 say() { echo "image.sh: $*" >&2; }
 
 # 1. The toolchain: the musl target, and a C compiler for it.
-if ! rustup target list --installed 2>/dev/null | grep -qx "$target"; then
+installed_targets=$(rustup target list --installed 2>/dev/null || true)
+if ! grep -qx "$target" <<<"$installed_targets"; then
 	command -v rustup >/dev/null || { say "the $target target is missing and rustup is not installed"; exit 1; }
 	say "adding the rust target $target"
 	rustup target add "$target" >&2
@@ -58,6 +63,10 @@ is_static() {
 	done
 }
 is_static "$binary" || { say "$binary is not a static executable"; exit 1; }
+if [ "${1:-}" = --binary-only ]; then
+	echo "$binary"
+	exit 0
+fi
 version=$("$binary" --version | awk '{print $NF}')
 
 # 3. The image. The build context holds nothing but the binary.
