@@ -90,8 +90,9 @@ if [ -n "$(git status --porcelain 2>/dev/null)" ]; then revision="$revision-dirt
 source_url=$(git remote get-url origin 2>/dev/null || true)
 engine_flags=()
 if [ "$ENGINE" = podman ]; then
-	# chroot isolation builds where a container cannot run (no cgroups needed).
-	engine_flags+=(--isolation=chroot)
+	# chroot isolation builds where a container cannot run (no cgroups needed);
+	# no intermediate images: there is nothing worth caching in three steps.
+	engine_flags+=(--isolation=chroot --layers=false)
 fi
 "$ENGINE" build "${engine_flags[@]}" \
 	--build-arg "BASE=$base" \
