@@ -1,38 +1,32 @@
-# syntax=docker/dockerfile:1
-#
 # The csi-provisioner sidecar image: a drop-in for
-# registry.k8s.io/sig-storage/csi-provisioner (same entrypoint path, same flags).
+# registry.k8s.io/sig-storage/csi-provisioner, built the way upstream builds
+# its own: the static binary is compiled outside (scripts/image.sh, which
+# `make image` runs) and copied onto upstream's base, with upstream's
+# entrypoint path and upstream's user (root: no USER line, so a driver socket
+# created by root accepts us; running as another user: README, "Running as
+# non-root").
 #
-#   docker build -t csi-provisioner:dev .
+# The build context is a directory holding only the static (musl) binary,
+# named csi-provisioner. By hand:
 #
-# Stage 1 builds a fully static binary on Alpine: the host target there is
-# *-unknown-linux-musl, which links the C runtime statically by default, and
-# the only C code in the build (ring) needs nothing but gcc and musl-dev. TLS is
-# rustls and csi.proto is compiled by protox, so no OpenSSL and no protoc.
-# Stage 2 is distroless "static" (no shell, no libc; CA certificates, tzdata and
-# /etc/passwd only), running as its non-root user.
-
-ARG RUST_VERSION=1.95
-
-FROM rust:${RUST_VERSION}-alpine AS builder
-RUN apk add --no-cache gcc musl-dev
-WORKDIR /src
-COPY . .
-# The cache mounts keep the registry and the build directory between builds
-# (BuildKit); the binary is copied out of the cached target directory.
-RUN --mount=type=cache,target=/usr/local/cargo/registry \
-    --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p csi-provisioner --bin csi-provisioner \
-    && install -D -m 0755 target/release/csi-provisioner /out/csi-provisioner
-
-FROM gcr.io/distroless/static-debian12:nonroot
+#   cargo build --release --target x86_64-unknown-linux-musl --bin csi-provisioner
+#   mkdir ctx && cp target/x86_64-unknown-linux-musl/release/csi-provisioner ctx/
+#   podman build -f Dockerfile -t csi-provisioner:dev ctx
+#
+# BASE=scratch builds with no registry at all: the binary needs no libc, no
+# shell and no file of the base.
+ARG BASE=gcr.io/distroless/static:latest
+FROM ${BASE}
+ARG BASE
+ARG VERSION=unknown
+ARG REVISION=unknown
+ARG SOURCE=
 LABEL org.opencontainers.image.title="csi-provisioner" \
       org.opencontainers.image.description="Drop-in Rust replacement for the Kubernetes CSI external-provisioner sidecar" \
-      org.opencontainers.image.licenses="Apache-2.0"
-COPY --from=builder /out/csi-provisioner /csi-provisioner
-# Numeric, so that `runAsNonRoot: true` can verify it. The CSI socket must be
-# connectable by this user: run the driver container with the same UID (see
-# deploy/kubernetes/deployment.yaml) or have it create the socket group- or
-# world-writable.
-USER 65532:65532
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.base.name="${BASE}"
+COPY csi-provisioner /csi-provisioner
 ENTRYPOINT ["/csi-provisioner"]

@@ -1,7 +1,7 @@
 # The two commands of the set-up promise:
 #   make demo   the sidecar doing its job against a local control plane
 #   make test   every test (builds the test bed on first use, then cached)
-.PHONY: test demo testbed build lint chaos bench bench-quick
+.PHONY: test demo testbed build lint chaos bench bench-quick image
 
 testbed:
 	@bash testbed/build.sh
@@ -14,6 +14,12 @@ test:
 
 demo:
 	@bash scripts/demo.sh
+
+# The container image (static musl binary on upstream's base; FROM scratch
+# when that base is not in local storage). IMAGE=, BASE=, ENGINE=docker: see
+# scripts/image.sh.
+image:
+	@bash scripts/image.sh
 
 lint:
 	cargo fmt --all -- --check

@@ -64,11 +64,8 @@ pub struct LeaderElection {
 /// Why the process stops with a non-zero code. Each is one line.
 #[derive(Debug, thiserror::Error)]
 pub enum FatalError {
-    #[error("failed to connect to CSI driver at {path}: {source}")]
-    Connect {
-        path: String,
-        source: tonic::transport::Error,
-    },
+    #[error(transparent)]
+    Connect(#[from] crate::csi::ConnectError),
     #[error("CSI driver probe failed: {0}")]
     Probe(tonic::Status),
     #[error("error getting CSI driver name: {0}")]
@@ -346,11 +343,7 @@ async fn connect_driver(
         Duration::from_secs(30),
         metrics,
     )
-    .await
-    .map_err(|source| FatalError::Connect {
-        path: cfg.csi_socket.display().to_string(),
-        source,
-    })?;
+    .await?;
     csi.probe_until_ready().await.map_err(FatalError::Probe)?;
     let info = csi
         .get_plugin_info()

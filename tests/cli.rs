@@ -135,6 +135,69 @@ async fn a_driver_socket_that_never_appears_stops_the_process_with_one_reason() 
     );
 }
 
+/// A driver socket that refuses our UID (created by root with mode 0755, the sidecar run as
+/// another user) is reported at once, in one line naming our UID, the socket's owner and
+/// what to change, instead of a bare "transport error" after 30 s.
+#[tokio::test]
+async fn a_socket_that_refuses_our_uid_says_who_we_are_and_what_to_change() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::net::UnixListener;
+
+    use csi_provisioner::csi::socket_access::ProcessIdentity;
+
+    let dir = tempfile::tempdir().unwrap();
+    // Searchable by anyone: the refusal must come from the socket itself.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let socket = dir.path().join("csi.sock");
+    let _listener = UnixListener::bind(&socket).unwrap();
+    let us = ProcessIdentity::current().expect("/proc/self/status");
+    let (mut command, uid) = if us.uid == 0 {
+        // Root ignores permission bits; nobody (65534) does not. setpriv drops root's
+        // capabilities with the UID change. The binary is copied where nobody may run it.
+        let setpriv_works = Command::new("setpriv").arg("--version").output();
+        if !setpriv_works.is_ok_and(|o| o.status.success()) {
+            // Straight to stderr: the harness would swallow an `eprintln!` of a passing test.
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                b"SKIPPED a_socket_that_refuses_our_uid_says_who_we_are_and_what_to_change: \
+                  running as root and setpriv (util-linux) is not installed\n",
+            );
+            return;
+        }
+        let binary = dir.path().join("csi-provisioner");
+        std::fs::copy(workspace_bin("csi-provisioner"), &binary).unwrap();
+        let mut command = Command::new("setpriv");
+        command
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(binary);
+        (command, 65534)
+    } else {
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o000)).unwrap();
+        (Command::new(workspace_bin("csi-provisioner")), us.uid)
+    };
+    command.arg(format!("--csi-address={}", socket.display()));
+    let mut sidecar = ChildProcess::spawn(&mut command);
+    sidecar.wait_for_log("permission denied", DEADLINE).await;
+    let log = sidecar.log_contents();
+    let line = log
+        .lines()
+        .find(|l| l.contains("permission denied"))
+        .unwrap();
+    for needle in [
+        format!("cannot connect to CSI socket {}", socket.display()),
+        format!("for uid {uid}"),
+        "the socket belongs to uid ".to_string(),
+        "securityContext.runAsUser".to_string(),
+        "\"Running as non-root\" in the README".to_string(),
+    ] {
+        assert!(line.contains(&needle), "{needle:?} not in {line:?}");
+    }
+    assert!(
+        sidecar.is_running(),
+        "still retrying: the driver may fix the mode"
+    );
+}
+
 #[tokio::test]
 async fn sigterm_while_waiting_for_the_driver_exits_0_at_once() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,7 +1,7 @@
 //! The manifests in deploy/kubernetes are real: the API server accepts every
 //! object (server-side dry run), the Deployment's flags are ones our binary
 //! takes, its probe points at an endpoint those flags turn on, and it runs as
-//! the non-root user the Dockerfile sets.
+//! the image's user (root, as upstream's).
 
 mod support;
 
@@ -201,24 +201,33 @@ fn the_deployment_runs_our_flags_as_the_images_user_with_the_shipped_service_acc
     assert_eq!(mount(sidecar), mount(driver), "one socket directory");
     assert!(mount(sidecar).is_some());
 
-    // The pod runs as the Dockerfile's USER, so the sidecar can use the driver's socket.
+    // The image's user, root as upstream's (no USER line), is left alone: a driver socket
+    // created by root accepts it, and `runAsNonRoot` without a `runAsUser` would make the
+    // kubelet refuse to start a root image.
     let dockerfile = read("Dockerfile");
-    let user = dockerfile
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("USER "))
-        .expect("the image sets a USER");
-    let uid: i64 = user
-        .split(':')
-        .next()
-        .unwrap()
-        .trim()
-        .parse()
-        .expect("numeric USER");
-    let security = pod.security_context.expect("a pod security context");
-    assert_ne!(uid, 0);
-    assert_eq!(security.run_as_user, Some(uid));
-    assert_eq!(security.run_as_non_root, Some(true));
+    assert!(
+        !dockerfile
+            .lines()
+            .any(|l| l.trim_start().starts_with("USER ")),
+        "the image runs as root, as upstream's"
+    );
+    for security in [
+        pod.security_context.clone(),
+        sidecar
+            .security_context
+            .as_ref()
+            .map(|c| k8s_openapi::api::core::v1::PodSecurityContext {
+                run_as_user: c.run_as_user,
+                run_as_non_root: c.run_as_non_root,
+                ..Default::default()
+            }),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        assert_eq!(security.run_as_user, None);
+        assert_ne!(security.run_as_non_root, Some(true));
+    }
 
     // The ServiceAccount is the one rbac.yaml creates and binds.
     let service_account = documents("deploy/kubernetes/rbac.yaml")

@@ -4,7 +4,7 @@
 //! prints their values).
 
 use std::future::Future;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,6 +13,7 @@ use tonic::{Code, Status};
 use tracing::debug;
 
 use super::pb;
+use super::socket_access::{PermissionDenied, io_error_kind};
 use crate::metrics::{CsiOperationLabels, Metrics};
 
 /// What the driver told us it can do, read once at start-up.
@@ -72,6 +73,37 @@ impl DriverCapabilities {
     }
 }
 
+/// Why [`CsiClient::connect`] gave up after its dial timeout.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The socket, or its directory, refuses our UID.
+    #[error("{0}")]
+    PermissionDenied(PermissionDenied),
+    /// No socket, nobody listening, or the HTTP/2 handshake failed.
+    #[error("failed to connect to CSI driver at {}: {}", path.display(), with_sources(source))]
+    Unreachable {
+        path: PathBuf,
+        #[source]
+        source: tonic::transport::Error,
+    },
+}
+
+/// An error and its sources in one line: tonic's own text is only
+/// "transport error", the reason (`No such file or directory`) is a source.
+fn with_sources(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = err.to_string();
+    let mut next = err.source();
+    while let Some(e) = next {
+        let text = e.to_string();
+        if !line.ends_with(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        next = e.source();
+    }
+    line
+}
+
 #[derive(Clone)]
 pub struct CsiClient {
     channel: Channel,
@@ -82,28 +114,44 @@ pub struct CsiClient {
 
 impl CsiClient {
     /// Connects to the unix socket at `path`, retrying until `dial_timeout`
-    /// (upstream: 30 s, then exit).
+    /// (upstream: 30 s, then exit). A socket that refuses our UID is reported
+    /// at once, in one line that says what to change, and still retried: a
+    /// driver may fix the socket's mode just after creating it.
     pub async fn connect(
         path: &Path,
         timeout: Duration,
         dial_timeout: Duration,
         metrics: Arc<Metrics>,
-    ) -> Result<CsiClient, tonic::transport::Error> {
+    ) -> Result<CsiClient, ConnectError> {
         let deadline = Instant::now() + dial_timeout;
         let mut last_log = Instant::now();
+        let mut refusal_reported = false;
         let channel = loop {
-            match csi_proto::connect_unix(path).await {
+            let e = match csi_proto::connect_unix(path).await {
                 Ok(channel) => break channel,
-                Err(e) if Instant::now() < deadline => {
-                    if last_log.elapsed() >= Duration::from_secs(10) {
-                        tracing::warn!(address = %path.display(), "still connecting to the CSI driver");
-                        last_log = Instant::now();
+                Err(e) => e,
+            };
+            let refused = io_error_kind(&e) == Some(std::io::ErrorKind::PermissionDenied);
+            if Instant::now() >= deadline {
+                return Err(if refused {
+                    ConnectError::PermissionDenied(PermissionDenied::observe(path))
+                } else {
+                    ConnectError::Unreachable {
+                        path: path.to_path_buf(),
+                        source: e,
                     }
-                    debug!(error = %e, "CSI connect failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Err(e) => return Err(e),
+                });
             }
+            if refused && !refusal_reported {
+                tracing::warn!("{}", PermissionDenied::observe(path));
+                refusal_reported = true;
+            }
+            if last_log.elapsed() >= Duration::from_secs(10) {
+                tracing::warn!(address = %path.display(), "still connecting to the CSI driver");
+                last_log = Instant::now();
+            }
+            debug!(error = %with_sources(&e), "CSI connect failed; retrying");
+            tokio::time::sleep(Duration::from_millis(200)).await;
         };
         Ok(CsiClient {
             channel,
@@ -298,6 +346,36 @@ pub fn code_name(code: Code) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_missing_socket_is_unreachable_and_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("csi.sock");
+        let err = CsiClient::connect(
+            &path,
+            Duration::from_secs(1),
+            Duration::ZERO,
+            Arc::new(Metrics::unregistered()),
+        )
+        .await
+        .err()
+        .expect("nothing listens there");
+        // The kernel's answer is found through tonic's wrapping: this is how
+        // an EACCES is recognised (which a test running as root cannot cause).
+        let ConnectError::Unreachable { source, .. } = &err else {
+            panic!("{err}");
+        };
+        assert_eq!(io_error_kind(source), Some(std::io::ErrorKind::NotFound));
+        let line = err.to_string();
+        assert!(
+            line.starts_with(&format!(
+                "failed to connect to CSI driver at {}: transport error: ",
+                path.display()
+            )),
+            "{line}"
+        );
+        assert!(line.contains("No such file or directory"), "{line}");
+    }
 
     #[test]
     fn a_call_cut_by_the_connection_is_unavailable_not_a_final_unknown() {

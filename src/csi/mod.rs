@@ -4,7 +4,8 @@
 
 mod client;
 mod errors;
+pub mod socket_access;
 
-pub use client::{CsiClient, DriverCapabilities, code_name};
+pub use client::{ConnectError, CsiClient, DriverCapabilities, code_name};
 pub use csi_proto::v1 as pb;
 pub use errors::{CsiErrorClass, classify};

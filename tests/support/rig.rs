@@ -36,6 +36,7 @@ pub struct RigBuilder {
     class: Option<Box<dyn FnOnce(StorageClassFixture) -> StorageClassFixture + Send>>,
     start_sidecar: bool,
     kubeconfig: Option<PathBuf>,
+    sidecar_binary: Option<PathBuf>,
 }
 
 impl RigBuilder {
@@ -70,6 +71,13 @@ impl RigBuilder {
     /// (which has exactly the rights of deploy/kubernetes/rbac.yaml).
     pub fn kubeconfig(mut self, path: PathBuf) -> Self {
         self.kubeconfig = Some(path);
+        self
+    }
+
+    /// Run this `csi-provisioner` executable instead of the workspace's (the one taken out
+    /// of the container image).
+    pub fn sidecar_binary(mut self, path: PathBuf) -> Self {
+        self.sidecar_binary = Some(path);
         self
     }
 
@@ -125,6 +133,9 @@ impl RigBuilder {
             driver_name,
             class,
             sidecar: None,
+            binary: self
+                .sidecar_binary
+                .unwrap_or_else(|| workspace_bin("csi-provisioner")),
             args,
             dir,
         };
@@ -143,6 +154,8 @@ pub struct Rig {
     pub driver_name: String,
     pub class: String,
     pub sidecar: Option<ChildProcess>,
+    /// The `csi-provisioner` executable [`Rig::start_sidecar`] runs.
+    pub binary: PathBuf,
     pub args: Vec<String>,
     pub dir: tempfile::TempDir,
 }
@@ -156,6 +169,7 @@ impl Rig {
             class: None,
             start_sidecar: true,
             kubeconfig: None,
+            sidecar_binary: None,
         }
     }
 
@@ -165,7 +179,7 @@ impl Rig {
             old.kill();
         }
         self.sidecar = Some(ChildProcess::spawn(
-            Command::new(workspace_bin("csi-provisioner")).args(&self.args),
+            Command::new(&self.binary).args(&self.args),
         ));
     }
 
