@@ -66,3 +66,6 @@ pub const FINALIZER_SNAPSHOT_SOURCE: &str =
     "provisioner.storage.kubernetes.io/volumesnapshot-as-source-protection";
 /// On a VolumeSnapshotContent: restores into another volume mode are allowed.
 pub const ANN_ALLOW_VOLUME_MODE_CHANGE: &str = "snapshot.storage.k8s.io/allow-volume-mode-change";
+/// Put on a claim before a volume is cloned from it; removed by the claim
+/// controller once the claim is deleted and no pending clone names it.
+pub const FINALIZER_CLONE_SOURCE: &str = "provisioner.storage.kubernetes.io/cloning-protection";

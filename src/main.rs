@@ -111,6 +111,7 @@ fn run_config(cfg: &Config) -> RunConfig {
             prevent_volume_mode_conversion: p.prevent_volume_mode_conversion,
         },
         discover_volume_attributes_class: cfg.feature_gates.volume_attributes_class.is_none(),
+        snapshot_orphan_sweep_interval: p.snapshot_orphan_sweep_interval,
         http_endpoint: cfg.http.as_ref().map(|h| h.address.clone()),
         leader_health: cfg.http.as_ref().is_some_and(|h| h.leader_election_health),
         metrics_path: cfg

@@ -49,6 +49,8 @@ pub struct RunConfig {
     pub leader_health: bool,
     pub metrics_path: String,
     pub leader_election: Option<LeaderElection>,
+    /// `--snapshot-orphan-sweep-interval`; `None`: no sweep.
+    pub snapshot_orphan_sweep_interval: Option<Duration>,
 }
 
 #[derive(Clone, Debug)]
@@ -264,7 +266,23 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
     // reconcile in flight (up to --worker-threads) whenever its task wakes, so
     // sharing one task would make every PV event poll the claim reconciles
     // too, and the other way round. Dropped (a lost Lease), they are aborted.
-    let workers = futures::future::join(own_task(claims), own_task(volumes));
+    // The orphan sweep of snapshot source protection, as upstream only when
+    // the driver restores snapshots and the API server serves them.
+    let sweep = match cfg.snapshot_orphan_sweep_interval {
+        Some(every)
+            if ctx.driver.capabilities.create_delete_snapshot
+                && serves_volume_snapshots(&client).await =>
+        {
+            info!(?every, "sweeping orphaned snapshot source protection");
+            futures::future::Either::Left(own_task(crate::controller::snapshot_sweep::run(
+                ctx.clone(),
+                every,
+                stop.clone(),
+            )))
+        }
+        _ => futures::future::Either::Right(std::future::ready(())),
+    };
+    let workers = futures::future::join3(own_task(claims), own_task(volumes), sweep);
     // Stop (SIGTERM) lets in-flight reconciles finish, then gives the Lease
     // up so a standby takes over at once; a lost Lease stops everything now.
     tokio::pin!(workers);
@@ -306,6 +324,21 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
         error!(error = %e, "stopping");
     }
     result
+}
+
+/// Whether discovery of `snapshot.storage.k8s.io/v1` lists VolumeSnapshot
+/// (the CRDs are installed); a failed discovery counts as no.
+async fn serves_volume_snapshots(client: &Client) -> bool {
+    match client
+        .list_api_group_resources("snapshot.storage.k8s.io/v1")
+        .await
+    {
+        Ok(list) => list.resources.iter().any(|r| r.kind == "VolumeSnapshot"),
+        Err(e) => {
+            info!(error = %e, "snapshot.storage.k8s.io/v1 is not served: no snapshot sweep");
+            false
+        }
+    }
 }
 
 /// Whether discovery of `storage.k8s.io/v1` lists VolumeAttributesClass. A

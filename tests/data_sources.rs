@@ -14,6 +14,8 @@ use csi_test_driver::ledger::ContentSource;
 use k8s_openapi::api::core::v1::{
     PersistentVolumeClaim, TypedLocalObjectReference, TypedObjectReference,
 };
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
 use support::{DEADLINE, Rig, Snapshotter, wait_for};
 
 #[tokio::test]
@@ -226,5 +228,181 @@ async fn a_restore_smaller_than_the_snapshot_is_refused_in_upstreams_words() {
             .all(|f| f != keys::FINALIZER_SNAPSHOT_SOURCE)
     );
     snapshotter.cleanup().await;
+    rig.cleanup().await;
+}
+
+/// Puts upstream's source protection on a snapshot, as a restore that died before removing it
+/// would have left it.
+async fn protect_by_hand(snapshotter: &Snapshotter, name: &str) {
+    let mut finalizers = snapshotter.finalizers(name).await;
+    finalizers.push(keys::FINALIZER_SNAPSHOT_SOURCE.to_string());
+    snapshotter
+        .snapshots()
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
+        )
+        .await
+        .expect("protecting the snapshot");
+}
+
+#[tokio::test]
+async fn the_sweep_removes_the_protection_no_pending_claim_needs() {
+    let rig = snapshot_rig()
+        .sidecar_args(&["--snapshot-orphan-sweep-interval=1s"])
+        .start()
+        .await;
+    rig.create_claim(rig.claim("source").size("1Gi")).await;
+    rig.wait_bound("source").await;
+    let snapshotter = Snapshotter::start(&rig).await;
+    snapshotter.snapshot("orphan", "source").await;
+    snapshotter.snapshot("kept", "source").await;
+    // A claim that waits to be restored from "kept" (its class does not exist: it stays Pending).
+    let mut waiting = restore_claim(&rig, "waiting", "1Gi", "kept");
+    waiting.spec.as_mut().unwrap().storage_class_name = Some("no-such-class".into());
+    rig.claims()
+        .create(&Default::default(), &waiting)
+        .await
+        .expect("creating the waiting claim");
+    protect_by_hand(&snapshotter, "kept").await;
+    protect_by_hand(&snapshotter, "orphan").await;
+
+    wait_for("the sweep to release the orphan", DEADLINE, || async {
+        let f = snapshotter.finalizers("orphan").await;
+        if f.iter().any(|f| f == keys::FINALIZER_SNAPSHOT_SOURCE) {
+            Err(f)
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    // Several sweeps later the one a claim waits for is still protected.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert!(
+        snapshotter
+            .finalizers("kept")
+            .await
+            .iter()
+            .any(|f| f == keys::FINALIZER_SNAPSHOT_SOURCE)
+    );
+    // Once the claim is gone, so is the reason to keep it.
+    rig.delete_claim("waiting").await;
+    wait_for("the sweep to release the snapshot", DEADLINE, || async {
+        let f = snapshotter.finalizers("kept").await;
+        if f.iter().any(|f| f == keys::FINALIZER_SNAPSHOT_SOURCE) {
+            Err(f)
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    snapshotter.cleanup().await;
+    rig.cleanup().await;
+}
+
+fn clone_claim(rig: &Rig, name: &str, size: &str, source: &str) -> PersistentVolumeClaim {
+    let mut claim = rig.claim(name).size(size).build();
+    claim.spec.as_mut().unwrap().data_source = Some(TypedLocalObjectReference {
+        api_group: None,
+        kind: "PersistentVolumeClaim".into(),
+        name: source.into(),
+    });
+    claim
+}
+
+fn clone_rig() -> support::RigBuilder {
+    Rig::builder("clone").driver(|d| d.capabilities = vec!["+CLONE_VOLUME".into()])
+}
+
+fn protected(claim: &PersistentVolumeClaim) -> bool {
+    claim
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == "provisioner.storage.kubernetes.io/cloning-protection")
+}
+
+#[tokio::test]
+async fn a_claim_is_cloned_and_its_source_outlives_every_pending_clone() {
+    let rig = clone_rig().start().await;
+    rig.create_claim(rig.claim("source").size("2Gi")).await;
+    let source_pv = rig.wait_bound("source").await;
+    let source_volume = source_pv.spec.unwrap().csi.unwrap().volume_handle;
+
+    rig.control
+        .set_fault("CreateVolume", Fault::Hang)
+        .await
+        .unwrap();
+    rig.claims()
+        .create(
+            &Default::default(),
+            &clone_claim(&rig, "copy", "2Gi", "source"),
+        )
+        .await
+        .expect("creating the clone");
+    rig.control
+        .wait_for_hung("CreateVolume", 1, DEADLINE)
+        .await
+        .expect("the clone's CreateVolume");
+    let claims = rig.claims();
+    assert!(protected(&claims.get("source").await.unwrap()));
+    // Deleted while its clone is being made: it waits.
+    rig.delete_claim("source").await;
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let waiting = claims
+        .get("source")
+        .await
+        .expect("the source is still there");
+    assert!(waiting.metadata.deletion_timestamp.is_some() && protected(&waiting));
+
+    rig.control.release("CreateVolume").await.unwrap();
+    rig.control.clear_faults().await.unwrap();
+    let pv = rig.wait_bound("copy").await;
+    let ledger = rig.ledger().await;
+    let volume = ledger
+        .volume_by_name(pv.metadata.name.as_deref().unwrap())
+        .expect("the clone's volume");
+    assert_eq!(
+        volume.content_source,
+        Some(ContentSource::Volume {
+            volume_id: source_volume.clone()
+        })
+    );
+    assert_eq!(volume.capacity_bytes, 2 << 30);
+    // No clone waits any more: the source goes, and its volume with it.
+    rig.wait_claim_gone("source").await;
+    rig.wait_pv_gone(source_pv.metadata.name.as_deref().unwrap())
+        .await;
+    rig.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_clone_smaller_than_its_source_is_refused_in_upstreams_words() {
+    let rig = clone_rig().start().await;
+    rig.create_claim(rig.claim("source").size("2Gi")).await;
+    rig.wait_bound("source").await;
+    rig.claims()
+        .create(
+            &Default::default(),
+            &clone_claim(&rig, "small", "1Gi", "source"),
+        )
+        .await
+        .expect("creating the clone");
+    let event = rig
+        .wait_claim_event(
+            "small",
+            "ProvisioningFailed",
+            "error getting handle for DataSource Type PersistentVolumeClaim by Name source: error, new PVC request must be greater than or equal in size to the specified PVC data source, requested 1073741824 but source is 2147483648",
+        )
+        .await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        rig.ledger().await.call_count("CreateVolume"),
+        1,
+        "only the source's"
+    );
+    assert!(!protected(&rig.claims().get("source").await.unwrap()));
     rig.cleanup().await;
 }

@@ -7,6 +7,7 @@
 //! — per-object exponential backoff — lives in [`Backoff`].
 
 pub mod claim;
+pub mod snapshot_sweep;
 mod topology;
 pub mod volume;
 

@@ -3,6 +3,7 @@
 //! here, so every rule is table-tested without a cluster.
 
 mod claim;
+pub mod clone;
 mod naming;
 mod pv;
 pub mod quantity;
@@ -77,8 +78,6 @@ pub enum ProvisionError {
     ClaimWithoutUid,
     #[error("claim Selector is not supported")]
     SelectorNotSupported,
-    #[error("data source {kind:?} is not supported yet by this provisioner")]
-    DataSourceNotSupported { kind: String },
     #[error(
         "dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled"
     )]
@@ -100,6 +99,10 @@ pub enum ProvisionError {
         "CSI driver does not support snapshot restore: controller CREATE_DELETE_SNAPSHOT capability is not reported"
     )]
     SnapshotRestoreNotSupported,
+    #[error(
+        "CSI driver does not support clone operations: controller CLONE_VOLUME capability is not reported"
+    )]
+    CloneNotSupported,
     /// The driver answered a restore without saying what it restored from.
     #[error("volume content source missing")]
     ContentSourceMissing,

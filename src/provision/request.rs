@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
 
+use super::clone::CloneSource;
 use super::secrets::{self, SecretKind, SecretRef, TemplateInputs};
 use super::snapshot::SnapshotSource;
 use super::{ClaimView, DriverInfo, ProvisionError, ProvisionOptions, quantity, volume_name};
@@ -27,6 +28,8 @@ pub struct PreparedVolume {
     /// The snapshot to restore, read by the controller (live) to fill the
     /// request's content source.
     pub snapshot: Option<SnapshotSource>,
+    /// The claim to clone, read by the controller (live) likewise.
+    pub clone: Option<CloneSource>,
 }
 
 impl PreparedVolume {
@@ -38,7 +41,13 @@ impl PreparedVolume {
 /// The checks of a data source that come first, before anything else about
 /// the claim (upstream: `dataSource` and the kind switch of
 /// `prepareProvision`): a populator's kind is not ours to provision.
-fn data_source(view: ClaimView) -> Result<Option<SnapshotSource>, ProvisionError> {
+/// A data source the provisioner fills itself.
+enum Source {
+    Snapshot(SnapshotSource),
+    Clone(CloneSource),
+}
+
+fn data_source(view: ClaimView) -> Result<Option<Source>, ProvisionError> {
     let Some(source) = view.data_source() else {
         return Ok(None);
     };
@@ -56,13 +65,14 @@ fn data_source(view: ClaimView) -> Result<Option<SnapshotSource>, ProvisionError
                 got: source.api_group.to_string(),
             })
         }
-        keys::SNAPSHOT_KIND => Ok(Some(SnapshotSource {
+        keys::SNAPSHOT_KIND => Ok(Some(Source::Snapshot(SnapshotSource {
             namespace: view.namespace().to_string(),
             name: source.name.to_string(),
-        })),
-        keys::CLAIM_KIND => Err(ProvisionError::DataSourceNotSupported {
-            kind: source.kind.to_string(),
-        }),
+        }))),
+        keys::CLAIM_KIND => Ok(Some(Source::Clone(CloneSource {
+            namespace: view.namespace().to_string(),
+            name: source.name.to_string(),
+        }))),
         other => Err(ProvisionError::ExternalPopulator {
             kind: other.to_string(),
         }),
@@ -86,7 +96,11 @@ pub fn prepare(
     opts: &ProvisionOptions,
 ) -> Result<PreparedVolume, ProvisionError> {
     let view = ClaimView(claim);
-    let snapshot = data_source(view)?;
+    let (snapshot, clone) = match data_source(view)? {
+        None => (None, None),
+        Some(Source::Snapshot(s)) => (Some(s), None),
+        Some(Source::Clone(c)) => (None, Some(c)),
+    };
     if !driver.capabilities.controller_service {
         return Err(ProvisionError::ProvisioningNotSupported {
             missing: "plugin CONTROLLER_SERVICE",
@@ -99,6 +113,9 @@ pub fn prepare(
     }
     if snapshot.is_some() && !driver.capabilities.create_delete_snapshot {
         return Err(ProvisionError::SnapshotRestoreNotSupported);
+    }
+    if clone.is_some() && !driver.capabilities.clone_volume {
+        return Err(ProvisionError::CloneNotSupported);
     }
     let pv_name = volume_name(
         &opts.volume_name_prefix,
@@ -214,6 +231,7 @@ pub fn prepare(
         requested_bytes,
         block,
         snapshot,
+        clone,
     })
 }
 
@@ -520,7 +538,12 @@ pub(crate) mod tests {
             ),
             (rwop_mixed, class(&[]), driver(), "ReadWriteOncePod"),
             (with_selector, class(&[]), driver(), "Selector"),
-            (with_source, class(&[]), driver(), "not supported yet"),
+            (
+                with_source,
+                class(&[]),
+                driver(),
+                "CSI driver does not support clone operations: controller CLONE_VOLUME capability is not reported",
+            ),
             (
                 with_data_source(Some("snapshot.storage.k8s.io"), "VolumeSnapshot", "snap"),
                 class(&[]),

@@ -77,7 +77,7 @@ pub async fn abandon(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Ac
     ctx.claims.forget_created(uid);
     // No volume is being made from the claim's snapshot any more.
     if let Some(source) = restored_snapshot(&claim) {
-        super::create::release_snapshot(ctx, &source).await;
+        super::protect::release_snapshot(ctx, &source).await;
     }
     release_now(ctx, &claim).await?;
     Ok(Action::await_change())
@@ -153,6 +153,27 @@ async fn find_volume(
         && let Some(handle) = content.status.and_then(|s| s.snapshot_handle)
     {
         prepared.request.volume_content_source = Some(provision::snapshot::from_handle(handle));
+    }
+    // A clone's names its source volume: the source claim's PV (the source is
+    // protected while this claim, pending, names it).
+    if let Some(source) = &prepared.clone
+        && let Ok(original) =
+            Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &source.namespace)
+                .get(&source.name)
+                .await
+        && let Some(pv_name) = original.spec.and_then(|s| s.volume_name)
+        && let Ok(pv) = Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(ctx.client.clone())
+            .get(&pv_name)
+            .await
+        && let Some(csi) = pv.spec.and_then(|s| s.csi)
+    {
+        prepared.request.volume_content_source = Some(crate::csi::pb::VolumeContentSource {
+            r#type: Some(crate::csi::pb::volume_content_source::Type::Volume(
+                crate::csi::pb::volume_content_source::VolumeSource {
+                    volume_id: csi.volume_handle,
+                },
+            )),
+        });
     }
     if let Some(name) = view.vac_name(&ctx.options) {
         let api: Api<k8s_openapi::api::storage::v1::VolumeAttributesClass> =

@@ -26,12 +26,13 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use super::abandon::delete_volume;
 use super::decide::{Gate, Work, gate, work_for};
 use super::error::{ClaimError, labels, report};
 use super::intent::{self, Confirmed};
+use super::protect;
 use crate::controller::topology::{self, TopologyError};
 use crate::controller::{Context, bound_claim_uid};
 use crate::csi::{CsiErrorClass, classify, pb};
@@ -109,16 +110,16 @@ pub async fn provision(
 
     let mut copy = cached.clone();
     for _ in 0..CONFIRM_ROUNDS {
-        let (prepared, request, snapshot) = prepare(ctx, &copy, &class).await?;
+        let (prepared, request, source) = prepare(ctx, &copy, &class).await?;
         match intent::record(&ctx.client, &copy).await? {
             Confirmed::Current(claim) => {
-                if let Some(snapshot) = &snapshot {
-                    protect_snapshot(ctx, &claim, snapshot).await?;
+                if let Some(source) = &source {
+                    protect::protect(ctx, &claim, source).await?;
                 }
                 let volume = create_volume(ctx, &claim, &class, request).await?;
                 let action = save(ctx, &claim, &class, &prepared, volume).await?;
-                if let Some(source) = &prepared.snapshot {
-                    release_snapshot(ctx, source).await;
+                if let Some(snapshot) = &prepared.snapshot {
+                    protect::release_snapshot(ctx, snapshot).await;
                 }
                 return Ok(action);
             }
@@ -180,7 +181,8 @@ fn cached_pv(ctx: &Context, claim: ClaimView) -> CachedPv {
 }
 
 /// Everything the request needs, from `claim` as it is: the request itself
-/// (pure), the snapshot it restores (read live, returned to be protected),
+/// (pure), the snapshot or claim it is made from (read live, returned to be
+/// protected),
 /// the VolumeAttributesClass's parameters, the topology and the provisioner
 /// secret. Any failure is shown on the claim.
 pub(super) async fn prepare(
@@ -191,7 +193,7 @@ pub(super) async fn prepare(
     (
         PreparedVolume,
         pb::CreateVolumeRequest,
-        Option<VolumeSnapshot>,
+        Option<protect::Source>,
     ),
     ClaimError,
 > {
@@ -199,10 +201,11 @@ pub(super) async fn prepare(
     let prepared =
         provision::prepare(claim, class, &ctx.driver, &ctx.options).map_err(|e| fail(e.into()))?;
     let mut request = prepared.request.clone();
-    let mut source_snapshot = None;
+    let mut source_object = None;
     if let Some(source) = &prepared.snapshot {
         let refused = |reason: String| {
-            fail(ClaimError::SnapshotSource {
+            fail(ClaimError::DataSource {
+                kind: keys::SNAPSHOT_KIND,
                 name: source.name.clone(),
                 reason,
             })
@@ -224,7 +227,43 @@ pub(super) async fn prepare(
             )
             .map_err(refused)?,
         );
-        source_snapshot = Some(snapshot);
+        source_object = Some(protect::Source::Snapshot(Box::new(snapshot)));
+    }
+    if let Some(source) = &prepared.clone {
+        let refused = |reason: String| {
+            fail(ClaimError::DataSource {
+                kind: keys::CLAIM_KIND,
+                name: source.name.clone(),
+                reason,
+            })
+        };
+        let api = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &source.namespace);
+        let original = api.get(&source.name).await.map_err(|e| {
+            refused(format!(
+                "error getting PVC {} (namespace {:?}) from api server: {}",
+                source.name,
+                source.namespace,
+                api_message(&e)
+            ))
+        })?;
+        let volume_name = original
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.clone())
+            .filter(|n| !n.is_empty());
+        let pv = match volume_name {
+            Some(name) => Api::<PersistentVolume>::all(ctx.client.clone())
+                .get(&name)
+                .await
+                .map_err(|e| debug!(pv = %name, error = %e, "cannot read the source claim's PV"))
+                .ok(),
+            None => None,
+        };
+        request.volume_content_source = Some(
+            provision::clone::content_source(claim, &class.provisioner, &original, pv.as_ref())
+                .map_err(refused)?,
+        );
+        source_object = Some(protect::Source::Claim(Box::new(original)));
     }
     if let Some(name) = ClaimView(claim).vac_name(&ctx.options) {
         request.mutable_parameters = vac_parameters(ctx, name).await.map_err(fail)?;
@@ -255,7 +294,7 @@ pub(super) async fn prepare(
             })
         })?;
     }
-    Ok((prepared, request, source_snapshot))
+    Ok((prepared, request, source_object))
 }
 
 /// A snapshot and, when it names one that can be read, its content.
@@ -279,35 +318,6 @@ pub(super) async fn read_snapshot(
         None => None,
     };
     Ok((snapshot, content))
-}
-
-/// The source-protection finalizer on the snapshot as read, before the
-/// volume is made from it: a snapshot being deleted is never used unless it
-/// was protected first (the API server gives no new finalizer to an object
-/// being deleted).
-async fn protect_snapshot(
-    ctx: &Context,
-    claim: &PersistentVolumeClaim,
-    snapshot: &VolumeSnapshot,
-) -> Result<(), ClaimError> {
-    let api = Api::<VolumeSnapshot>::namespaced(
-        ctx.client.clone(),
-        snapshot.metadata.namespace.as_deref().unwrap_or_default(),
-    );
-    crate::kube::snapshot::protect(&api, snapshot, keys::FINALIZER_SNAPSHOT_SOURCE)
-        .await
-        .map_err(|e| report(ctx, claim, ClaimError::ProtectSnapshot(e)))
-}
-
-/// Lets the snapshot go once the volume made from it is saved. Best effort:
-/// the orphan sweep removes a finalizer left behind.
-pub(super) async fn release_snapshot(ctx: &Context, source: &SnapshotSource) {
-    let api = Api::<VolumeSnapshot>::namespaced(ctx.client.clone(), &source.namespace);
-    if let Err(e) =
-        crate::kube::snapshot::unprotect(&api, &source.name, keys::FINALIZER_SNAPSHOT_SOURCE).await
-    {
-        warn!(snapshot = %source.name, error = %e, "failed to remove the source-protection finalizer");
-    }
 }
 
 /// The parameters of the VolumeAttributesClass `name`, read from the API

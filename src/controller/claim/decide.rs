@@ -19,9 +19,18 @@ pub enum Work {
     Abandon,
     /// Bound, and our intent is still on it: the intent has done its job.
     ReleaseIntent,
+    /// Deleted, and protected as the source of clones: the protection goes
+    /// once no clone of it is pending (any driver's claim, as upstream).
+    ReleaseCloneSource,
 }
 
 pub fn work_for(claim: ClaimView, driver: &str) -> Work {
+    if claim.is_deleting()
+        && claim.has_finalizer(keys::FINALIZER_CLONE_SOURCE)
+        && !(claim.asks(driver) && claim.holds_intent())
+    {
+        return Work::ReleaseCloneSource;
+    }
     if !claim.asks(driver) {
         return Work::Nothing;
     }
@@ -127,6 +136,14 @@ pub(crate) mod fixtures {
                 .push(keys::FINALIZER_PVC_INTENT.into());
             self
         }
+        pub fn clone_source(mut self) -> Self {
+            self.0
+                .metadata
+                .finalizers
+                .get_or_insert_default()
+                .push(keys::FINALIZER_CLONE_SOURCE.into());
+            self
+        }
         pub fn deleting(mut self) -> Self {
             self.0.metadata.deletion_timestamp =
                 Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
@@ -183,6 +200,26 @@ mod tests {
             ),
             (C::ours().intent().deleting(), Abandon, "deleted mid-flight"),
             (C::ours().deleting(), Nothing, "deleted before we began"),
+            (
+                C::ours().bound().clone_source(),
+                Nothing,
+                "a clone source in use stays protected",
+            ),
+            (
+                C::ours().bound().clone_source().deleting(),
+                ReleaseCloneSource,
+                "a deleted clone source",
+            ),
+            (
+                C::ours().of("x").bound().clone_source().deleting(),
+                ReleaseCloneSource,
+                "another driver's deleted clone source, as upstream",
+            ),
+            (
+                C::ours().intent().clone_source().deleting(),
+                Abandon,
+                "our cleanup first, then the protection",
+            ),
             (
                 C::ours().bound().intent().deleting(),
                 Abandon,

@@ -35,12 +35,17 @@ pub enum ClaimError {
         #[source]
         source: kube::Error,
     },
-    /// The snapshot to restore cannot be used now (read live; retried).
-    #[error("error getting handle for DataSource Type VolumeSnapshot by Name {name}: {reason}")]
-    SnapshotSource { name: String, reason: String },
-    /// The source-protection finalizer could not be put on the snapshot.
+    /// The snapshot to restore or the claim to clone cannot be used now
+    /// (read live; retried).
+    #[error("error getting handle for DataSource Type {kind} by Name {name}: {reason}")]
+    DataSource {
+        kind: &'static str,
+        name: String,
+        reason: String,
+    },
+    /// The protection finalizer could not be put on the snapshot or claim.
     #[error("{}", api_message(.0))]
-    ProtectSnapshot(#[source] kube::Error),
+    ProtectSource(#[source] kube::Error),
     /// Reading the selected node's CSINode/Node or the cluster's nodes.
     #[error("error generating accessibility requirements: {}", api_message(.0))]
     ReadTopology(#[source] kube::Error),
@@ -113,8 +118,8 @@ impl ClaimError {
             Invalid(_)
             | GetSecret { .. }
             | GetVolumeAttributesClass { .. }
-            | SnapshotSource { .. }
-            | ProtectSnapshot(_)
+            | DataSource { .. }
+            | ProtectSource(_)
             | ReadTopology(_)
             | CreateVolume { .. }
             | Orphaned { .. }
@@ -198,8 +203,8 @@ impl ClaimError {
             Invalid(_) => "invalid",
             GetSecret { .. } => "get_secret",
             GetVolumeAttributesClass { .. } => "get_volume_attributes_class",
-            SnapshotSource { .. } => "snapshot_source",
-            ProtectSnapshot(_) => "protect_snapshot",
+            DataSource { .. } => "data_source",
+            ProtectSource(_) => "protect_source",
             ReadTopology(_) => "read_topology",
             RecordIntent(_) => "record_intent",
             CreateVolume { .. } => "create_volume",

@@ -16,6 +16,7 @@ pub mod decide;
 pub mod error;
 pub mod intent;
 pub mod memory;
+mod protect;
 #[cfg(test)]
 mod tests;
 
@@ -50,6 +51,7 @@ pub async fn reconcile(claim: Arc<Claim>, ctx: Arc<Context>) -> Result<Action, C
             Action::await_change()
         }
         Work::Abandon => abandon::abandon(&ctx, claim).await?,
+        Work::ReleaseCloneSource => protect::release_clone_source(&ctx, claim).await?,
         Work::Provision => match create::provision(&ctx, claim).await {
             // Reported already; not ours to retry (a volume populator's claim).
             Err(e) if e.is_ignored() => {

@@ -1,0 +1,148 @@
+//! The protection of what a volume is made from: upstream's finalizers on the
+//! VolumeSnapshot of a restore and on the source claim of a clone, put on the
+//! source as it was read (a source being deleted takes no new finalizer, so
+//! a protected source was protected before its deletion began) right before
+//! `CreateVolume`, and taken off when nothing waits for it any more.
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::runtime::controller::Action;
+use kube::{Api, ResourceExt};
+use tracing::{debug, info, warn};
+
+use super::error::{ClaimError, report};
+use crate::controller::Context;
+use crate::keys;
+use crate::kube::snapshot::{self, VolumeSnapshot};
+use crate::kube::{add_finalizer, remove_finalizer};
+use crate::provision::ClaimView;
+use crate::provision::snapshot::SnapshotSource;
+
+/// A source as read for the request, to be protected before `CreateVolume`.
+pub enum Source {
+    Snapshot(Box<VolumeSnapshot>),
+    Claim(Box<PersistentVolumeClaim>),
+}
+
+/// Puts the source's protection on it (fenced on what was read).
+pub async fn protect(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+    source: &Source,
+) -> Result<(), ClaimError> {
+    let result = match source {
+        Source::Snapshot(s) => {
+            let api = Api::<VolumeSnapshot>::namespaced(
+                ctx.client.clone(),
+                &s.namespace().unwrap_or_default(),
+            );
+            snapshot::protect(&api, s, keys::FINALIZER_SNAPSHOT_SOURCE).await
+        }
+        Source::Claim(c) if ClaimView(c).has_finalizer(keys::FINALIZER_CLONE_SOURCE) => Ok(()),
+        Source::Claim(c) => {
+            let api = Api::<PersistentVolumeClaim>::namespaced(
+                ctx.client.clone(),
+                ClaimView(c).namespace(),
+            );
+            add_finalizer(&api, c, keys::FINALIZER_CLONE_SOURCE)
+                .await
+                .map(|_| ())
+        }
+    };
+    result.map_err(|e| report(ctx, claim, ClaimError::ProtectSource(e)))
+}
+
+/// Lets the snapshot go once the volume made from it is saved (or the
+/// deleted claim that restored it is cleaned up). Best effort: the orphan
+/// sweep removes a finalizer left behind.
+pub async fn release_snapshot(ctx: &Context, source: &SnapshotSource) {
+    let api = Api::<VolumeSnapshot>::namespaced(ctx.client.clone(), &source.namespace);
+    if let Err(e) = snapshot::unprotect(&api, &source.name, keys::FINALIZER_SNAPSHOT_SOURCE).await {
+        warn!(snapshot = %source.name, error = %e, "failed to remove the source-protection finalizer");
+    }
+}
+
+/// A deleted claim that clones were made from: its protection goes once no
+/// clone of it is pending (upstream's cloning-protection controller). Until
+/// then it is looked at again after the claim's backoff.
+pub async fn release_clone_source(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+) -> Result<Action, ClaimError> {
+    let view = ClaimView(claim);
+    let pending = ctx.caches.claims.state();
+    if clone_pending(view.namespace(), view.name(), pending.iter().map(|c| &c.0)) {
+        debug!(claim = %view.key(), "a clone of it is pending: keeping its protection");
+        return Ok(Action::requeue(ctx.claims.next_delay(view.uid())));
+    }
+    let api = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), view.namespace());
+    remove_finalizer(&api, claim, keys::FINALIZER_CLONE_SOURCE)
+        .await
+        .map_err(|source| ClaimError::Read {
+            what: "PersistentVolumeClaim (removing the cloning protection)",
+            source,
+        })?;
+    info!(claim = %view.key(), "no pending clone: removed the cloning protection");
+    Ok(Action::await_change())
+}
+
+/// Whether a claim still to be provisioned in `namespace` is cloned from the
+/// claim `name` (upstream looks at `dataSource` only).
+pub fn clone_pending<'a>(
+    namespace: &str,
+    name: &str,
+    claims: impl IntoIterator<Item = &'a PersistentVolumeClaim>,
+) -> bool {
+    claims.into_iter().any(|c| {
+        let pending = c
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_none_or(|p| p.is_empty() || p == "Pending");
+        let from_it = c
+            .spec
+            .as_ref()
+            .and_then(|s| s.data_source.as_ref())
+            .is_some_and(|d| {
+                d.kind == keys::CLAIM_KIND
+                    && d.api_group.as_deref().unwrap_or_default().is_empty()
+                    && d.name == name
+            });
+        pending && from_it && c.namespace().as_deref() == Some(namespace)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PersistentVolumeClaimStatus, TypedLocalObjectReference};
+
+    fn clone_of(source: &str, namespace: &str, phase: &str) -> PersistentVolumeClaim {
+        let mut c = crate::provision::fixtures::claim();
+        c.metadata.namespace = Some(namespace.into());
+        c.spec.as_mut().unwrap().data_source = Some(TypedLocalObjectReference {
+            api_group: None,
+            kind: "PersistentVolumeClaim".into(),
+            name: source.into(),
+        });
+        c.status = Some(PersistentVolumeClaimStatus {
+            phase: Some(phase.into()),
+            ..Default::default()
+        });
+        c
+    }
+
+    #[test]
+    fn only_a_pending_clone_in_the_same_namespace_keeps_the_source() {
+        let rows = [
+            (clone_of("src", "a", "Pending"), true),
+            (clone_of("src", "a", ""), true),
+            (clone_of("src", "a", "Bound"), false),
+            (clone_of("src", "b", "Pending"), false),
+            (clone_of("other", "a", "Pending"), false),
+            (crate::provision::fixtures::claim(), false),
+        ];
+        for (c, keeps) in rows {
+            assert_eq!(clone_pending("a", "src", [&c]), keeps, "{c:?}");
+        }
+    }
+}
