@@ -20,7 +20,9 @@ use csi_test_driver::ledger::Ledger;
 use csi_test_driver::process::{DriverOptions, DriverProcess};
 use k8s_openapi::api::core::v1::{Event, Namespace, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
+};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::json;
 use tokio::process::{Child, Command};
@@ -83,6 +85,12 @@ const CLAIMS: [ClaimSpec; 5] = [
 
 const SLOW_CLAIM: &str = "slow";
 
+/// The restore scene: a snapshot of one claim of the main scene, and a claim made from it.
+const SNAPSHOT_OF: &str = "postgres";
+const SNAPSHOT: &str = "postgres-snap";
+const SNAPSHOT_CLASS: &str = "demo-snapshots";
+const RESTORED: &str = "postgres-restored";
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let mut out = Out::new();
@@ -130,6 +138,7 @@ async fn shutdown_signal() -> &'static str {
 struct Demo {
     sidecar_log: Option<PathBuf>,
     sidecar: Option<Child>,
+    snapshotter: Option<Child>,
     driver: Option<DriverProcess>,
     work: Option<tempfile::TempDir>,
 }
@@ -171,6 +180,7 @@ impl Demo {
         let driver_bin = bin_dir.join("csi-test-driver");
         let options = DriverOptions {
             drivername: DRIVER.to_string(),
+            capabilities: vec!["+CREATE_DELETE_SNAPSHOT".to_string()],
             ..DriverOptions::default()
         };
         let driver = DriverProcess::start(&driver_bin, work.path(), &options)
@@ -414,6 +424,8 @@ impl Demo {
             ledger.volumes.len(),
             human_bytes(ledger.used_bytes()),
         ));
+
+        self.restore(out, &client, &control, &out_dir).await?;
 
         // ---- deletion -----------------------------------------------------------------------
         out.heading("Deleting the claims (reclaimPolicy Delete)");
@@ -681,7 +693,7 @@ impl Demo {
         out.say(&format!(
             "claims: {}   volumes created: {created}   deleted: {deleted}   leaked: {leaks}   \
              duplicates: {duplicates}   PVs left: {pvs_left}",
-            CLAIMS.len() + 1
+            CLAIMS.len() + 2
         ));
         out.say(&format!(
             "driver calls: CreateVolume {}, DeleteVolume {}, Probe {} (faulted calls included)",
@@ -697,7 +709,7 @@ impl Demo {
         if leaks != 0
             || duplicates != 0
             || pvs_left != 0
-            || created != CLAIMS.len() + 1
+            || created != CLAIMS.len() + 2
             || deleted != created
         {
             return Err(format!(
@@ -717,9 +729,229 @@ impl Demo {
         Ok(())
     }
 
+    /// A snapshot of one claim and a new claim restored from it: the snapshot-controller (part
+    /// of the control plane) and the csi-snapshotter sidecar make the snapshot; our sidecar
+    /// restores it. Then both go again.
+    async fn restore(
+        &mut self,
+        out: &mut Out,
+        client: &kube::Client,
+        control: &DriverControl,
+        out_dir: &Path,
+    ) -> Result<()> {
+        out.heading(&format!(
+            "Restoring a claim from a snapshot of {SNAPSHOT_OF}"
+        ));
+        let testbed = std::env::var_os("CSI_TESTBED_BIN")
+            .map(PathBuf::from)
+            .ok_or("CSI_TESTBED_BIN is not set: run the demo with `make demo`")?;
+        let kubeconfig = std::env::var("CSI_TESTBED_KUBECONFIG")?;
+        let csi_address = self.driver.as_ref().ok_or("no driver")?.csi_address();
+        let log_path = out_dir.join("csi-snapshotter.log");
+        let log = File::create(&log_path)?;
+        self.snapshotter = Some(
+            Command::new(testbed.join("csi-snapshotter"))
+                .args([
+                    format!("--csi-address={csi_address}"),
+                    format!("--kubeconfig={kubeconfig}"),
+                    "--leader-election=false".to_string(),
+                ])
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .kill_on_drop(true)
+                .spawn()
+                .map_err(|e| format!("starting csi-snapshotter: {e}"))?,
+        );
+        out.say(&format!(
+            "started csi-snapshotter (upstream's, next to the driver; its log: {})",
+            log_path.display()
+        ));
+        let resource = |kind: &str| {
+            ApiResource::from_gvk(&GroupVersionKind::gvk(
+                "snapshot.storage.k8s.io",
+                "v1",
+                kind,
+            ))
+        };
+        let classes: Api<DynamicObject> =
+            Api::all_with(client.clone(), &resource("VolumeSnapshotClass"));
+        let snapshots: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), NAMESPACE, &resource("VolumeSnapshot"));
+        classes
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "apiVersion": "snapshot.storage.k8s.io/v1",
+                    "kind": "VolumeSnapshotClass",
+                    "metadata": {"name": SNAPSHOT_CLASS},
+                    "driver": DRIVER,
+                    "deletionPolicy": "Delete",
+                }))?,
+            )
+            .await?;
+        snapshots
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "apiVersion": "snapshot.storage.k8s.io/v1",
+                    "kind": "VolumeSnapshot",
+                    "metadata": {"name": SNAPSHOT, "namespace": NAMESPACE},
+                    "spec": {
+                        "volumeSnapshotClassName": SNAPSHOT_CLASS,
+                        "source": {"persistentVolumeClaimName": SNAPSHOT_OF},
+                    },
+                }))?,
+            )
+            .await?;
+        out.say(&format!(
+            "created VolumeSnapshot {SNAPSHOT} of claim {SNAPSHOT_OF} (class {SNAPSHOT_CLASS})"
+        ));
+        let started = Instant::now();
+        let status = loop {
+            let snap = snapshots.get(SNAPSHOT).await?;
+            let status = snap.data.get("status").cloned().unwrap_or_default();
+            if status.get("readyToUse") == Some(&json!(true)) {
+                break status;
+            }
+            deadline(started, "the snapshot to be ready")?;
+            out.waiting(&format!(
+                "snapshot {SNAPSHOT} not ready yet ({:.0}s)",
+                started.elapsed().as_secs_f64()
+            ));
+            tokio::time::sleep(POLL).await;
+        };
+        let ledger = control.ledger().await?;
+        let backend = ledger
+            .snapshots
+            .values()
+            .next()
+            .cloned()
+            .ok_or("the driver holds no snapshot")?;
+        out.say(&format!(
+            "{SNAPSHOT} ready in {:.1}s: restoreSize {}, backend snapshot {} of volume {}",
+            started.elapsed().as_secs_f64(),
+            status["restoreSize"].as_str().unwrap_or("?"),
+            backend.snapshot_id,
+            backend.source_volume_id,
+        ));
+
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NAMESPACE);
+        let mut restored = claim_object(RESTORED, "5Gi", &["ReadWriteOncePod"], false);
+        restored
+            .spec
+            .as_mut()
+            .ok_or("claim without spec")?
+            .data_source = Some(k8s_openapi::api::core::v1::TypedLocalObjectReference {
+            api_group: Some("snapshot.storage.k8s.io".into()),
+            kind: "VolumeSnapshot".into(),
+            name: SNAPSHOT.into(),
+        });
+        claims.create(&PostParams::default(), &restored).await?;
+        out.say(&format!(
+            "created claim {RESTORED} 5Gi RWOP with dataSource VolumeSnapshot {SNAPSHOT}"
+        ));
+        let started = Instant::now();
+        let pv_name = loop {
+            let pvc = claims.get(RESTORED).await?;
+            if phase(&pvc) == "Bound" {
+                break pvc
+                    .spec
+                    .and_then(|s| s.volume_name)
+                    .ok_or("a Bound claim without spec.volumeName")?;
+            }
+            deadline(started, "the restored claim to be Bound")?;
+            out.waiting(&format!(
+                "{RESTORED} Pending ({:.0}s)",
+                started.elapsed().as_secs_f64()
+            ));
+            tokio::time::sleep(POLL).await;
+        };
+        let ledger = control.ledger().await?;
+        let volume = ledger
+            .volume_by_name(&pv_name)
+            .ok_or_else(|| format!("the driver holds no volume named {pv_name}"))?;
+        let from = match &volume.content_source {
+            Some(csi_test_driver::ledger::ContentSource::Snapshot { snapshot_id })
+                if *snapshot_id == backend.snapshot_id =>
+            {
+                snapshot_id.clone()
+            }
+            other => {
+                return Err(format!(
+                    "the restored volume's content source is {other:?}, not {}",
+                    backend.snapshot_id
+                )
+                .into());
+            }
+        };
+        out.say(&format!(
+            "{RESTORED} → {pv_name} → {}  (Bound in {:.1}s), restored from backend snapshot {from}",
+            volume.volume_id,
+            started.elapsed().as_secs_f64()
+        ));
+        // The protection goes right after the PV is saved (the claim may be Bound a moment
+        // before).
+        let started = Instant::now();
+        loop {
+            let finalizers = snapshots
+                .get(SNAPSHOT)
+                .await?
+                .metadata
+                .finalizers
+                .unwrap_or_default();
+            if !finalizers
+                .iter()
+                .any(|f| f == keys::FINALIZER_SNAPSHOT_SOURCE)
+            {
+                break;
+            }
+            deadline(started, "the snapshot's source protection to be removed")?;
+            tokio::time::sleep(POLL).await;
+        }
+        out.say("the source-protection finalizer our sidecar put on the snapshot before CreateVolume is off again");
+
+        // Both go again: the claim (its volume with it) and the snapshot (the backend's with it).
+        claims.delete(RESTORED, &DeleteParams::default()).await?;
+        snapshots.delete(SNAPSHOT, &DeleteParams::default()).await?;
+        let started = Instant::now();
+        loop {
+            let ledger = control.ledger().await?;
+            let volume_left = ledger.volume_by_name(&pv_name).is_some();
+            if !volume_left && ledger.snapshots.is_empty() {
+                break;
+            }
+            deadline(
+                started,
+                "the restored volume and the snapshot to be deleted",
+            )?;
+            out.waiting(&format!(
+                "deleting {RESTORED} and {SNAPSHOT} ({:.0}s)",
+                started.elapsed().as_secs_f64()
+            ));
+            tokio::time::sleep(POLL).await;
+        }
+        out.say(&format!(
+            "deleted {RESTORED} and {SNAPSHOT}: the backend volume and snapshot are gone ({:.1}s)",
+            started.elapsed().as_secs_f64()
+        ));
+        classes
+            .delete(SNAPSHOT_CLASS, &DeleteParams::default())
+            .await?;
+        if let Some(mut snapshotter) = self.snapshotter.take() {
+            let _ = snapshotter.start_kill();
+            let _ = snapshotter.wait().await;
+        }
+        Ok(())
+    }
+
     /// SIGKILLs and reaps the driver and (if still running) the sidecar.
     /// Best effort: a process that already exited has nothing left to kill.
     async fn kill_children(&mut self) {
+        if let Some(mut snapshotter) = self.snapshotter.take() {
+            let _ = snapshotter.start_kill();
+            let _ = snapshotter.wait().await;
+        }
         if let Some(mut sidecar) = self.sidecar.take() {
             let _ = sidecar.start_kill();
             let _ = sidecar.wait().await;
