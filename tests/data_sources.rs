@@ -406,3 +406,74 @@ async fn a_clone_smaller_than_its_source_is_refused_in_upstreams_words() {
     assert!(!protected(&rig.claims().get("source").await.unwrap()));
     rig.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_restore_claim_deleted_mid_flight_leaves_no_volume_and_frees_its_snapshot() {
+    let rig = snapshot_rig().sidecar_args(&["--timeout=2s"]).start().await;
+    rig.create_claim(rig.claim("source").size("1Gi")).await;
+    rig.wait_bound("source").await;
+    let snapshotter = Snapshotter::start(&rig).await;
+    snapshotter.snapshot("snap", "source").await;
+
+    // The restore's CreateVolume is made by the backend but answered too late.
+    rig.control
+        .set_fault("CreateVolume", Fault::Hang)
+        .await
+        .unwrap();
+    rig.claims()
+        .create(
+            &Default::default(),
+            &restore_claim(&rig, "restored", "1Gi", "snap"),
+        )
+        .await
+        .expect("creating the restore claim");
+    rig.control
+        .wait_for_hung("CreateVolume", 1, DEADLINE)
+        .await
+        .expect("the restore's CreateVolume");
+    // The sidecar gives up on the call (the volume may exist); the claim is deleted.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    rig.delete_claim("restored").await;
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    rig.control.release("CreateVolume").await.unwrap();
+    rig.control.clear_faults().await.unwrap();
+
+    // The cleanup finds the volume by name (the same content source: the driver would
+    // answer AlreadyExists to a request without it), deletes it, and frees the snapshot.
+    rig.wait_claim_gone("restored").await;
+    wait_for("the restored volume to be deleted", DEADLINE, || async {
+        let ledger = rig.ledger().await;
+        let restores: Vec<_> = ledger
+            .volumes
+            .values()
+            .filter(|v| matches!(v.content_source, Some(ContentSource::Snapshot { .. })))
+            .map(|v| v.volume_id.clone())
+            .collect();
+        if restores.is_empty() {
+            Ok(())
+        } else {
+            Err(restores)
+        }
+    })
+    .await;
+    wait_for("the snapshot's protection to go", DEADLINE, || async {
+        let f = snapshotter.finalizers("snap").await;
+        if f.iter().any(|f| f == keys::FINALIZER_SNAPSHOT_SOURCE) {
+            Err(f)
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    let ledger = rig.ledger().await;
+    let made: usize = ledger
+        .operations_of("CreateVolume")
+        .filter(|op| op.created)
+        .count();
+    assert_eq!(
+        made, 2,
+        "the source's volume and one restore, never a second: {ledger:?}"
+    );
+    snapshotter.cleanup().await;
+    rig.cleanup().await;
+}
