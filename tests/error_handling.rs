@@ -495,3 +495,54 @@ async fn a_missing_provisioner_secret_is_shown_and_nothing_is_written_until_it_e
     assert_eq!(rig.ledger().await.call_count("CreateVolume"), 1);
     rig.cleanup().await;
 }
+
+/// A driver that reports capacity 0 ("unknown") gets the requested size on the PV; one that
+/// reports less than asked has its volume deleted and the claim retried (upstream does both).
+#[tokio::test]
+async fn a_reported_capacity_of_zero_or_less_than_asked_is_handled_as_upstream() {
+    let rig = Rig::builder("capacity").sidecar_args(FAST).start().await;
+    rig.control
+        .set_fault(
+            "CreateVolume",
+            Fault::CreateReportsCapacity { bytes: 0, count: 1 },
+        )
+        .await
+        .unwrap();
+    rig.create_claim(rig.claim("unknown").size("2Gi")).await;
+    let pv = rig.wait_bound("unknown").await;
+    assert_eq!(pv.spec.unwrap().capacity.unwrap()["storage"].0, "2Gi");
+
+    rig.control
+        .set_fault(
+            "CreateVolume",
+            Fault::CreateReportsCapacity {
+                bytes: 1 << 20,
+                count: 1,
+            },
+        )
+        .await
+        .unwrap();
+    rig.create_claim(rig.claim("short").size("2Gi")).await;
+    let event = rig
+        .wait_claim_event(
+            "short",
+            "ProvisioningFailed",
+            "created volume capacity 1048576 less than requested capacity 2147483648",
+        )
+        .await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    // The short answer's volume was deleted; the retry gets a volume of the right size.
+    let pv = rig.wait_bound("short").await;
+    assert_eq!(pv.spec.unwrap().capacity.unwrap()["storage"].0, "2Gi");
+    let ledger = rig.ledger().await;
+    let created = ledger
+        .operations_of("CreateVolume")
+        .filter(|op| op.created)
+        .count();
+    assert_eq!(
+        created, 3,
+        "unknown, short (deleted), short again: {ledger:?}"
+    );
+    assert_eq!(ledger.volumes.len(), 2, "nothing left of the short answer");
+    rig.cleanup().await;
+}

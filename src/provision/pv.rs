@@ -44,7 +44,9 @@ pub fn build_pv(
             want: prepared.requested_bytes,
         });
     }
-    if prepared.request.volume_content_source.is_some() && volume.content_source.is_none() {
+    // Made from a snapshot or a claim: the driver must say so (upstream).
+    let from_source = prepared.snapshot.is_some() || prepared.clone.is_some();
+    if from_source && volume.content_source.is_none() {
         return Err(ProvisionError::ContentSourceMissing);
     }
     let spec = claim.spec.clone().unwrap_or_default();
@@ -325,6 +327,29 @@ mod tests {
             "",
             "always written, empty without a secret"
         );
+    }
+
+    #[test]
+    fn a_volume_made_from_a_source_must_say_so() {
+        let (c, sc) = (claim(), class(&[]));
+        let mut prepared = prepare(&c, &sc, &driver(), &Default::default()).unwrap();
+        prepared.snapshot = Some(crate::provision::snapshot::SnapshotSource {
+            namespace: "team-a".into(),
+            name: "snap".into(),
+        });
+        let without = build_pv(
+            &prepared,
+            &c,
+            &sc,
+            &response("v", 0),
+            &driver(),
+            &Default::default(),
+        );
+        assert_eq!(without.unwrap_err(), ProvisionError::ContentSourceMissing);
+        let mut with = response("v", 0);
+        with.volume.as_mut().unwrap().content_source =
+            Some(crate::provision::snapshot::from_handle("snap-1".into()));
+        assert!(build_pv(&prepared, &c, &sc, &with, &driver(), &Default::default()).is_ok());
     }
 
     #[test]

@@ -202,7 +202,12 @@ pub(super) async fn prepare(
         provision::prepare(claim, class, &ctx.driver, &ctx.options).map_err(|e| fail(e.into()))?;
     let mut request = prepared.request.clone();
     let mut source_object = None;
-    if let Some(source) = &prepared.snapshot {
+    // This process has the driver's answer already (the PV is still to be
+    // saved): the source was checked and protected before it was asked, and
+    // must not be judged again (a source deleted meanwhile, protected, would
+    // otherwise hold up the save).
+    let answered = ctx.claims.created(ClaimView(claim).uid()).is_some();
+    if let Some(source) = prepared.snapshot.as_ref().filter(|_| !answered) {
         let refused = |reason: String| {
             fail(ClaimError::DataSource {
                 kind: keys::SNAPSHOT_KIND,
@@ -229,7 +234,7 @@ pub(super) async fn prepare(
         );
         source_object = Some(protect::Source::Snapshot(Box::new(snapshot)));
     }
-    if let Some(source) = &prepared.clone {
+    if let Some(source) = prepared.clone.as_ref().filter(|_| !answered) {
         let refused = |reason: String| {
             fail(ClaimError::DataSource {
                 kind: keys::CLAIM_KIND,
