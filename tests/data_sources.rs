@@ -166,15 +166,7 @@ async fn a_claim_is_restored_from_a_snapshot_and_the_snapshot_is_protected_meanw
     assert_eq!(volume.capacity_bytes, 2 << 30);
     rig.wait_claim_event("restored", "ProvisioningSucceeded", "")
         .await;
-    wait_for("the protection to be removed", DEADLINE, || async {
-        let f = snapshotter.finalizers("snap").await;
-        if f.iter().any(|f| f == keys::FINALIZER_SNAPSHOT_SOURCE) {
-            Err(f)
-        } else {
-            Ok(())
-        }
-    })
-    .await;
+    wait_unprotected(&snapshotter, "snap", "the protection to be removed").await;
     snapshotter.cleanup().await;
     rig.cleanup().await;
 }
@@ -231,6 +223,19 @@ async fn a_restore_smaller_than_the_snapshot_is_refused_in_upstreams_words() {
     rig.cleanup().await;
 }
 
+/// Waits until snapshot `name` no longer carries our source protection.
+async fn wait_unprotected(snapshotter: &Snapshotter, name: &str, what: &str) {
+    wait_for(what, DEADLINE, || async {
+        let f = snapshotter.finalizers(name).await;
+        if f.iter().any(|f| f == keys::FINALIZER_SNAPSHOT_SOURCE) {
+            Err(f)
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+}
+
 /// Puts upstream's source protection on a snapshot, as a restore that died before removing it
 /// would have left it.
 async fn protect_by_hand(snapshotter: &Snapshotter, name: &str) {
@@ -268,15 +273,7 @@ async fn the_sweep_removes_the_protection_no_pending_claim_needs() {
     protect_by_hand(&snapshotter, "kept").await;
     protect_by_hand(&snapshotter, "orphan").await;
 
-    wait_for("the sweep to release the orphan", DEADLINE, || async {
-        let f = snapshotter.finalizers("orphan").await;
-        if f.iter().any(|f| f == keys::FINALIZER_SNAPSHOT_SOURCE) {
-            Err(f)
-        } else {
-            Ok(())
-        }
-    })
-    .await;
+    wait_unprotected(&snapshotter, "orphan", "the sweep to release the orphan").await;
     // Several sweeps later the one a claim waits for is still protected.
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     assert!(
@@ -288,15 +285,7 @@ async fn the_sweep_removes_the_protection_no_pending_claim_needs() {
     );
     // Once the claim is gone, so is the reason to keep it.
     rig.delete_claim("waiting").await;
-    wait_for("the sweep to release the snapshot", DEADLINE, || async {
-        let f = snapshotter.finalizers("kept").await;
-        if f.iter().any(|f| f == keys::FINALIZER_SNAPSHOT_SOURCE) {
-            Err(f)
-        } else {
-            Ok(())
-        }
-    })
-    .await;
+    wait_unprotected(&snapshotter, "kept", "the sweep to release the snapshot").await;
     snapshotter.cleanup().await;
     rig.cleanup().await;
 }
@@ -456,15 +445,7 @@ async fn a_restore_claim_deleted_mid_flight_leaves_no_volume_and_frees_its_snaps
         }
     })
     .await;
-    wait_for("the snapshot's protection to go", DEADLINE, || async {
-        let f = snapshotter.finalizers("snap").await;
-        if f.iter().any(|f| f == keys::FINALIZER_SNAPSHOT_SOURCE) {
-            Err(f)
-        } else {
-            Ok(())
-        }
-    })
-    .await;
+    wait_unprotected(&snapshotter, "snap", "the snapshot's protection to go").await;
     let ledger = rig.ledger().await;
     let made: usize = ledger
         .operations_of("CreateVolume")
