@@ -80,11 +80,7 @@ pub fn waited_for<'a>(
 ) -> bool {
     claims.into_iter().any(|claim| {
         let view = ClaimView(claim);
-        let pending = claim
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            .is_none_or(|p| p.is_empty() || p == "Pending");
+        let pending = view.is_pending();
         let spec = claim.spec.as_ref();
         let names = |kind: &str, group: Option<&str>, source: &str| {
             kind == keys::SNAPSHOT_KIND

@@ -150,6 +150,15 @@ impl<'a> ClaimView<'a> {
         self.volume_name().is_some()
     }
 
+    /// Phase Pending, or none yet: the claim still waits for a volume.
+    pub fn is_pending(&self) -> bool {
+        self.0
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_none_or(|p| p.is_empty() || p == "Pending")
+    }
+
     pub fn is_deleting(&self) -> bool {
         self.0.metadata.deletion_timestamp.is_some()
     }

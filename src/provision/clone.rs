@@ -97,13 +97,16 @@ pub fn content_source(
         (true, false) => return Err("the source PVC and destination PVCs must have the same volume mode for cloning.  Source is Filesystem, but new PVC requested Block".into()),
         _ => {}
     }
-    Ok(pb::VolumeContentSource {
+    Ok(from_volume(csi.volume_handle.clone()))
+}
+
+/// The content source that clones the backend volume `handle`.
+pub fn from_volume(handle: String) -> pb::VolumeContentSource {
+    pb::VolumeContentSource {
         r#type: Some(pb::volume_content_source::Type::Volume(
-            pb::volume_content_source::VolumeSource {
-                volume_id: csi.volume_handle.clone(),
-            },
+            pb::volume_content_source::VolumeSource { volume_id: handle },
         )),
-    })
+    }
 }
 
 #[cfg(test)]

@@ -167,13 +167,8 @@ async fn find_volume(
             .await
         && let Some(csi) = pv.spec.and_then(|s| s.csi)
     {
-        prepared.request.volume_content_source = Some(crate::csi::pb::VolumeContentSource {
-            r#type: Some(crate::csi::pb::volume_content_source::Type::Volume(
-                crate::csi::pb::volume_content_source::VolumeSource {
-                    volume_id: csi.volume_handle,
-                },
-            )),
-        });
+        prepared.request.volume_content_source =
+            Some(provision::clone::from_volume(csi.volume_handle));
     }
     if let Some(name) = view.vac_name(&ctx.options) {
         let api: Api<k8s_openapi::api::storage::v1::VolumeAttributesClass> =

@@ -93,11 +93,7 @@ pub fn clone_pending<'a>(
     claims: impl IntoIterator<Item = &'a PersistentVolumeClaim>,
 ) -> bool {
     claims.into_iter().any(|c| {
-        let pending = c
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            .is_none_or(|p| p.is_empty() || p == "Pending");
+        let pending = ClaimView(c).is_pending();
         let from_it = c
             .spec
             .as_ref()
