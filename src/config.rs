@@ -44,10 +44,6 @@ const NOT_SUPPORTED_YET: &[NotSupported] = &[
         flag: "--enable-pprof",
         enabled: |a| a.http.enable_pprof,
     },
-    NotSupported {
-        flag: "--feature-gates=CrossNamespaceVolumeDataSource=true",
-        enabled: |a| FeatureGates::resolve(&a.feature_gates).cross_namespace_volume_data_source,
-    },
 ];
 
 struct NotSupported {
@@ -2482,14 +2478,6 @@ mod tests {
             (&["-enable-capacity=true"], "--enable-capacity"),
             (&["--node-deployment"], "--node-deployment"),
             (&["--enable-pprof"], "--enable-pprof"),
-            (
-                &["--feature-gates=CrossNamespaceVolumeDataSource=true"],
-                "--feature-gates=CrossNamespaceVolumeDataSource=true",
-            ),
-            (
-                &["--feature-gates=AllAlpha=true"],
-                "--feature-gates=CrossNamespaceVolumeDataSource=true",
-            ),
         ];
         for (args, flag) in cases {
             // Rejected even when everything the feature needs is present,
@@ -2516,8 +2504,8 @@ mod tests {
                 "--capacity-threads=4",
                 "--capacity-poll-interval=5m",
             ][..],
-            &["--feature-gates=CrossNamespaceVolumeDataSource=false"],
-            &["--feature-gates=AllAlpha=true,CrossNamespaceVolumeDataSource=false"],
+            &["--feature-gates=CrossNamespaceVolumeDataSource=true"],
+            &["--feature-gates=AllAlpha=true"],
             &["--automaxprocs=true"],
         ] {
             assert!(config(args, &Env::default()).is_ok(), "{args:?}");

@@ -109,6 +109,7 @@ fn run_config(cfg: &Config) -> RunConfig {
             topology_gate: cfg.feature_gates.topology,
             volume_attributes_class: cfg.feature_gates.volume_attributes_class.unwrap_or(true),
             prevent_volume_mode_conversion: p.prevent_volume_mode_conversion,
+            cross_namespace_data_source: cfg.feature_gates.cross_namespace_volume_data_source,
         },
         discover_volume_attributes_class: cfg.feature_gates.volume_attributes_class.is_none(),
         snapshot_orphan_sweep_interval: p.snapshot_orphan_sweep_interval,

@@ -176,6 +176,7 @@ up)
     --token-auth-file="$dir/tokens.csv" --authorization-mode=RBAC \
     --disable-admission-plugins=ServiceAccount --allow-privileged=true \
     --max-requests-inflight=1000 --max-mutating-requests-inflight=500 \
+    --feature-gates=CrossNamespaceVolumeDataSource=true \
     --v=1
   wait_for "kube-apiserver /readyz" 180 curl -fsS -k -H "Authorization: Bearer $admin_token" "https://127.0.0.1:$ap/readyz"
   wait_for "namespace default" 60 curl -fsS -k -H "Authorization: Bearer $admin_token" "https://127.0.0.1:$ap/api/v1/namespaces/default"
@@ -207,7 +208,8 @@ EOF
     --kubeconfig="$dir/kubeconfig" \
     --controllers=persistentvolume-binder-controller,persistentvolume-protection-controller,persistentvolumeclaim-protection-controller,namespace-controller \
     --leader-elect=false --use-service-account-credentials=false --secure-port=0 \
-    --pvclaimbinder-sync-period=2s --kube-api-qps=500 --kube-api-burst=1000 --v=2
+    --pvclaimbinder-sync-period=2s --kube-api-qps=500 --kube-api-burst=1000 \
+    --feature-gates=CrossNamespaceVolumeDataSource=true --v=2
   sleep 1
   kill -0 "$(cat "$dir/kube-controller-manager.pid")" || { log "kube-controller-manager exited"; tail -20 "$dir/kube-controller-manager.log" >&2; false; }
 

@@ -9,7 +9,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
@@ -54,7 +53,10 @@ async fn sweep(ctx: &Context) {
     {
         let namespace = snapshot.namespace().unwrap_or_default();
         let name = snapshot.name_any();
-        if waited_for(&namespace, &name, claims.iter().map(|c| &c.0)) {
+        if claims
+            .iter()
+            .any(|c| ClaimView(&c.0).waits_for(keys::SNAPSHOT_KIND, &namespace, &name))
+        {
             debug!(snapshot = %name, %namespace, "snapshot sweep: a pending claim restores from it");
             continue;
         }
@@ -67,87 +69,5 @@ async fn sweep(ctx: &Context) {
                 warn!(snapshot = %name, %namespace, error = %e, "snapshot sweep: removal failed; next sweep retries")
             }
         }
-    }
-}
-
-/// Whether a claim still to be provisioned (phase Pending or none yet) restores from the
-/// snapshot `namespace/name` (upstream: `dataSource` or `dataSourceRef`, kind VolumeSnapshot,
-/// API group unset or the snapshot group).
-pub fn waited_for<'a>(
-    namespace: &str,
-    name: &str,
-    claims: impl IntoIterator<Item = &'a PersistentVolumeClaim>,
-) -> bool {
-    claims.into_iter().any(|claim| {
-        let view = ClaimView(claim);
-        let pending = view.is_pending();
-        let spec = claim.spec.as_ref();
-        let names = |kind: &str, group: Option<&str>, source: &str| {
-            kind == keys::SNAPSHOT_KIND
-                && group.is_none_or(|g| g == keys::SNAPSHOT_API_GROUP)
-                && source == name
-        };
-        let by_source = spec
-            .and_then(|s| s.data_source.as_ref())
-            .is_some_and(|d| names(&d.kind, d.api_group.as_deref(), &d.name));
-        let by_ref = spec
-            .and_then(|s| s.data_source_ref.as_ref())
-            .is_some_and(|d| names(&d.kind, d.api_group.as_deref(), &d.name));
-        pending && view.namespace() == namespace && (by_source || by_ref)
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::api::core::v1::{PersistentVolumeClaimStatus, TypedLocalObjectReference};
-
-    fn restoring(
-        namespace: &str,
-        snapshot: &str,
-        group: Option<&str>,
-        phase: Option<&str>,
-    ) -> PersistentVolumeClaim {
-        let mut claim = crate::provision::fixtures::claim();
-        claim.metadata.namespace = Some(namespace.into());
-        claim.spec.as_mut().unwrap().data_source = Some(TypedLocalObjectReference {
-            api_group: group.map(String::from),
-            kind: "VolumeSnapshot".into(),
-            name: snapshot.into(),
-        });
-        claim.status = phase.map(|p| PersistentVolumeClaimStatus {
-            phase: Some(p.into()),
-            ..Default::default()
-        });
-        claim
-    }
-
-    #[test]
-    fn only_a_pending_claim_of_the_same_namespace_naming_the_snapshot_keeps_it() {
-        let g = Some(keys::SNAPSHOT_API_GROUP);
-        let rows: Vec<(PersistentVolumeClaim, bool)> = vec![
-            (restoring("a", "snap", g, Some("Pending")), true),
-            (restoring("a", "snap", g, None), true),
-            (restoring("a", "snap", None, Some("Pending")), true),
-            (restoring("a", "snap", g, Some("Bound")), false),
-            (restoring("a", "snap", g, Some("Lost")), false),
-            (restoring("b", "snap", g, Some("Pending")), false),
-            (restoring("a", "other", g, Some("Pending")), false),
-            (
-                restoring("a", "snap", Some("example.com"), Some("Pending")),
-                false,
-            ),
-            (crate::provision::fixtures::claim(), false),
-        ];
-        for (claim, keeps) in rows {
-            assert_eq!(
-                waited_for("a", "snap", [&claim]),
-                keeps,
-                "{:?} {:?}",
-                claim.spec.as_ref().unwrap().data_source,
-                claim.status
-            );
-        }
-        assert!(!waited_for("a", "snap", []));
     }
 }

@@ -4,6 +4,7 @@
 mod events;
 mod finalizers;
 pub mod lease;
+pub mod reference_grant;
 pub mod slim;
 pub mod snapshot;
 pub mod throttle;

@@ -110,6 +110,44 @@ impl<'a> ClaimView<'a> {
         })
     }
 
+    /// The namespace the data source is read from: the one `dataSourceRef`
+    /// names when `cross_namespace` (the `CrossNamespaceVolumeDataSource`
+    /// gate) is on, the claim's own when it names none. `None` without a data
+    /// source, or when it names another namespace with the gate off (such a
+    /// claim is refused and never uses it).
+    pub fn data_source_namespace(&self, cross_namespace: bool) -> Option<&'a str> {
+        match self.data_source()?.namespace {
+            None => Some(self.namespace()),
+            Some(other) if cross_namespace => Some(other),
+            Some(_) => None,
+        }
+    }
+
+    /// Whether this claim is still to be provisioned (see [`Self::is_pending`])
+    /// from the object `namespace/name` of `kind` (the snapshot group, or none
+    /// as upstream's sweep accepts, for a VolumeSnapshot; the core group for a
+    /// claim). What keeps a source's protection on. A source in another
+    /// namespace counts whatever this process's `CrossNamespaceVolumeDataSource`
+    /// gate: any driver's sidecar may release a protection (as upstream), so
+    /// one whose gate is off must not release what another one's pending
+    /// claim still needs.
+    pub fn waits_for(&self, kind: &str, namespace: &str, name: &str) -> bool {
+        let Some(source) = self.data_source() else {
+            return false;
+        };
+        let group_fits = match kind {
+            keys::SNAPSHOT_KIND => {
+                source.api_group.is_empty() || source.api_group == keys::SNAPSHOT_API_GROUP
+            }
+            _ => source.api_group.is_empty(),
+        };
+        self.is_pending()
+            && source.kind == kind
+            && group_fits
+            && source.name == name
+            && self.data_source_namespace(true) == Some(namespace)
+    }
+
     /// `spec.resources.requests.storage` as written (a Kubernetes quantity).
     pub fn requested_storage(&self) -> Option<&'a str> {
         self.0
@@ -216,6 +254,118 @@ mod tests {
             "an empty GA value is read, as upstream"
         );
         assert_eq!(view.selected_node_key(), keys::ANN_SELECTED_NODE);
+    }
+
+    /// A claim of namespace `a` with a data source: `dataSource` (`ref_ns`
+    /// `None`) or a `dataSourceRef` naming namespace `ref_ns`.
+    fn from_source(
+        kind: &str,
+        group: Option<&str>,
+        name: &str,
+        ref_ns: Option<&str>,
+        phase: Option<&str>,
+    ) -> PersistentVolumeClaim {
+        use k8s_openapi::api::core::v1::{
+            PersistentVolumeClaimStatus, TypedLocalObjectReference, TypedObjectReference,
+        };
+        let mut c = claim();
+        c.metadata.namespace = Some("a".into());
+        let spec = c.spec.as_mut().unwrap();
+        match ref_ns {
+            None => {
+                spec.data_source = Some(TypedLocalObjectReference {
+                    api_group: group.map(String::from),
+                    kind: kind.into(),
+                    name: name.into(),
+                })
+            }
+            Some(ns) => {
+                spec.data_source_ref = Some(TypedObjectReference {
+                    api_group: group.map(String::from),
+                    kind: kind.into(),
+                    name: name.into(),
+                    namespace: Some(ns.into()),
+                })
+            }
+        }
+        c.status = phase.map(|p| PersistentVolumeClaimStatus {
+            phase: Some(p.into()),
+            ..Default::default()
+        });
+        c
+    }
+
+    #[test]
+    fn only_a_pending_claim_made_from_a_source_keeps_its_protection() {
+        const SNAP: &str = keys::SNAPSHOT_KIND;
+        const PVC: &str = keys::CLAIM_KIND;
+        let g = Some(keys::SNAPSHOT_API_GROUP);
+        let p = Some("Pending");
+        // (claim, kind asked about, namespace asked about, waits)
+        let rows: Vec<(PersistentVolumeClaim, &str, &str, bool)> = vec![
+            (from_source(SNAP, g, "src", None, p), SNAP, "a", true),
+            (from_source(SNAP, g, "src", None, None), SNAP, "a", true),
+            // upstream's sweep also counts a snapshot named without its group
+            (from_source(SNAP, None, "src", None, p), SNAP, "a", true),
+            (
+                from_source(SNAP, Some("example.com"), "src", None, p),
+                SNAP,
+                "a",
+                false,
+            ),
+            (
+                from_source(SNAP, g, "src", None, Some("Bound")),
+                SNAP,
+                "a",
+                false,
+            ),
+            (
+                from_source(SNAP, g, "src", None, Some("Lost")),
+                SNAP,
+                "a",
+                false,
+            ),
+            (from_source(SNAP, g, "src", None, p), SNAP, "b", false),
+            (from_source(SNAP, g, "other", None, p), SNAP, "a", false),
+            (from_source(SNAP, g, "src", None, p), PVC, "a", false),
+            (from_source(PVC, None, "src", None, p), PVC, "a", true),
+            (
+                from_source(PVC, None, "src", None, Some("")),
+                PVC,
+                "a",
+                true,
+            ),
+            (
+                from_source(PVC, None, "src", None, Some("Bound")),
+                PVC,
+                "a",
+                false,
+            ),
+            (from_source(PVC, None, "src", None, p), PVC, "b", false),
+            (
+                from_source(PVC, Some("example.com"), "src", None, p),
+                PVC,
+                "a",
+                false,
+            ),
+            (from_source(PVC, None, "src", None, p), SNAP, "a", false),
+            // a source in another namespace counts there (whatever the gate)
+            (from_source(PVC, None, "src", Some("b"), p), PVC, "b", true),
+            (from_source(PVC, None, "src", Some("b"), p), PVC, "a", false),
+            (from_source(SNAP, g, "src", Some("b"), p), SNAP, "b", true),
+            (from_source(SNAP, g, "src", Some("b"), p), SNAP, "a", false),
+            (from_source(PVC, None, "src", Some("a"), p), PVC, "a", true),
+            (claim(), PVC, "a", false),
+        ];
+        for (c, kind, namespace, waits) in rows {
+            assert_eq!(
+                ClaimView(&c).waits_for(kind, namespace, "src"),
+                waits,
+                "{kind} {namespace}/src: {:?} {:?}",
+                c.spec.as_ref().unwrap(),
+                c.status
+            );
+        }
     }
 
     #[test]

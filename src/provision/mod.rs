@@ -4,6 +4,7 @@
 
 mod claim;
 pub mod clone;
+pub mod grant;
 mod naming;
 mod pv;
 pub mod quantity;
@@ -12,7 +13,7 @@ pub mod secrets;
 pub mod snapshot;
 pub mod topology;
 
-pub use claim::ClaimView;
+pub use claim::{ClaimView, DataSource};
 pub use naming::volume_name;
 pub use pv::build_pv;
 pub use request::{PreparedVolume, prepare};
@@ -40,6 +41,10 @@ pub struct ProvisionOptions {
     pub volume_attributes_class: bool,
     /// `--prevent-volume-mode-conversion`.
     pub prevent_volume_mode_conversion: bool,
+    /// The `CrossNamespaceVolumeDataSource` feature gate (alpha, off by
+    /// default): a `dataSourceRef` may name another namespace, where a
+    /// ReferenceGrant must allow it.
+    pub cross_namespace_data_source: bool,
 }
 
 impl Default for ProvisionOptions {
@@ -55,6 +60,7 @@ impl Default for ProvisionOptions {
             topology_gate: true,
             volume_attributes_class: true,
             prevent_volume_mode_conversion: true,
+            cross_namespace_data_source: false,
         }
     }
 }
@@ -82,6 +88,15 @@ pub enum ProvisionError {
         "dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled"
     )]
     CrossNamespaceDataSource,
+    /// No ReferenceGrant of the source's namespace lets the claim use it.
+    #[error("accessing {object} of {kind} dataSource from {claim} isn't allowed")]
+    NotGranted {
+        /// `namespace/name` of the source.
+        object: String,
+        kind: String,
+        /// `namespace/name` of the claim.
+        claim: String,
+    },
     #[error("the PVC source not found for PVC {claim}")]
     DataSourceWithoutName { claim: String },
     #[error(

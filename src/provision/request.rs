@@ -47,13 +47,13 @@ enum Source {
     Clone(CloneSource),
 }
 
-fn data_source(view: ClaimView) -> Result<Option<Source>, ProvisionError> {
+fn data_source(view: ClaimView, opts: &ProvisionOptions) -> Result<Option<Source>, ProvisionError> {
     let Some(source) = view.data_source() else {
         return Ok(None);
     };
-    if source.namespace.is_some() {
+    let Some(namespace) = view.data_source_namespace(opts.cross_namespace_data_source) else {
         return Err(ProvisionError::CrossNamespaceDataSource);
-    }
+    };
     if source.name.is_empty() {
         return Err(ProvisionError::DataSourceWithoutName {
             claim: view.name().to_string(),
@@ -66,11 +66,11 @@ fn data_source(view: ClaimView) -> Result<Option<Source>, ProvisionError> {
             })
         }
         keys::SNAPSHOT_KIND => Ok(Some(Source::Snapshot(SnapshotSource {
-            namespace: view.namespace().to_string(),
+            namespace: namespace.to_string(),
             name: source.name.to_string(),
         }))),
         keys::CLAIM_KIND => Ok(Some(Source::Clone(CloneSource {
-            namespace: view.namespace().to_string(),
+            namespace: namespace.to_string(),
             name: source.name.to_string(),
         }))),
         other => Err(ProvisionError::ExternalPopulator {
@@ -96,7 +96,7 @@ pub fn prepare(
     opts: &ProvisionOptions,
 ) -> Result<PreparedVolume, ProvisionError> {
     let view = ClaimView(claim);
-    let (snapshot, clone) = match data_source(view)? {
+    let (snapshot, clone) = match data_source(view, opts)? {
         None => (None, None),
         Some(Source::Snapshot(s)) => (Some(s), None),
         Some(Source::Clone(c)) => (None, Some(c)),

@@ -313,11 +313,24 @@ impl Rig {
 
     /// Waits until an event with `reason` (and containing `fragment`) is recorded on the claim.
     pub async fn wait_claim_event(&self, claim: &str, reason: &str, fragment: &str) -> Event {
+        self.wait_event(&self.ns.name, claim, reason, fragment)
+            .await
+    }
+
+    /// Waits until an event with `reason` (and containing `fragment`) is recorded on the
+    /// object `namespace/name`.
+    pub async fn wait_event(
+        &self,
+        namespace: &str,
+        claim: &str,
+        reason: &str,
+        fragment: &str,
+    ) -> Event {
         wait_for(
-            &format!("event {reason} on claim {claim}"),
+            &format!("event {reason} on {namespace}/{claim}"),
             DEADLINE,
             || async {
-                let events = self.events_for(&self.ns.name, claim).await;
+                let events = self.events_for(namespace, claim).await;
                 match events.iter().find(|e| {
                     e.reason.as_deref() == Some(reason)
                         && e.message.as_deref().unwrap_or_default().contains(fragment)

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
@@ -37,6 +37,7 @@ use crate::controller::topology::{self, TopologyError};
 use crate::controller::{Context, bound_claim_uid};
 use crate::csi::{CsiErrorClass, classify, pb};
 use crate::keys;
+use crate::kube::reference_grant::ReferenceGrant;
 use crate::kube::snapshot::{VolumeSnapshot, VolumeSnapshotContent};
 use crate::kube::{EventType, api_message, get_fresh, is_conflict};
 use crate::provision::snapshot::SnapshotSource;
@@ -198,15 +199,32 @@ pub(super) async fn prepare(
     ClaimError,
 > {
     let fail = |e: ClaimError| report(ctx, claim, e);
-    let prepared =
-        provision::prepare(claim, class, &ctx.driver, &ctx.options).map_err(|e| fail(e.into()))?;
-    let mut request = prepared.request.clone();
-    let mut source_object = None;
     // This process has the driver's answer already (the PV is still to be
     // saved): the source was checked and protected before it was asked, and
     // must not be judged again (a source deleted meanwhile, protected, would
     // otherwise hold up the save).
     let answered = ctx.claims.created(ClaimView(claim).uid()).is_some();
+    // A source in another namespace is checked first, as upstream does: a
+    // ReferenceGrant there must allow it (listed live, like the source).
+    let foreign = provision::grant::foreign_source(ClaimView(claim), &ctx.options);
+    if let Some(source) = foreign.filter(|_| !answered) {
+        let namespace = source.namespace.unwrap_or_default();
+        let grants = Api::<ReferenceGrant>::namespaced(ctx.client.clone(), namespace)
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| {
+                fail(ClaimError::ReadGrants {
+                    namespace: namespace.to_string(),
+                    source: e,
+                })
+            })?;
+        provision::grant::check(&grants.items, ClaimView(claim), &source)
+            .map_err(|e| fail(e.into()))?;
+    }
+    let prepared =
+        provision::prepare(claim, class, &ctx.driver, &ctx.options).map_err(|e| fail(e.into()))?;
+    let mut request = prepared.request.clone();
+    let mut source_object = None;
     if let Some(source) = prepared.snapshot.as_ref().filter(|_| !answered) {
         let refused = |reason: String| {
             fail(ClaimError::DataSource {

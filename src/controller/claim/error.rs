@@ -43,6 +43,17 @@ pub enum ClaimError {
         name: String,
         reason: String,
     },
+    /// The ReferenceGrants of a cross-namespace source's namespace could not
+    /// be listed.
+    #[error(
+        "error getting ReferenceGrants in {namespace} namespace from api server: {}",
+        api_message(.source)
+    )]
+    ReadGrants {
+        namespace: String,
+        #[source]
+        source: kube::Error,
+    },
     /// The protection finalizer could not be put on the snapshot or claim.
     #[error("{}", api_message(.0))]
     ProtectSource(#[source] kube::Error),
@@ -119,6 +130,7 @@ impl ClaimError {
             | GetSecret { .. }
             | GetVolumeAttributesClass { .. }
             | DataSource { .. }
+            | ReadGrants { .. }
             | ProtectSource(_)
             | ReadTopology(_)
             | CreateVolume { .. }
@@ -204,6 +216,7 @@ impl ClaimError {
             GetSecret { .. } => "get_secret",
             GetVolumeAttributesClass { .. } => "get_volume_attributes_class",
             DataSource { .. } => "data_source",
+            ReadGrants { .. } => "read_grants",
             ProtectSource(_) => "protect_source",
             ReadTopology(_) => "read_topology",
             RecordIntent(_) => "record_intent",
@@ -316,6 +329,15 @@ mod tests {
                 Some((Warning, "ProvisioningFailed")),
                 "claim Selector is not supported",
                 true,
+            ),
+            (
+                ClaimError::ReadGrants {
+                    namespace: "b".into(),
+                    source: api(403, "referencegrants is forbidden"),
+                },
+                Some((Warning, "ProvisioningFailed")),
+                "error getting ReferenceGrants in b namespace from api server: referencegrants is forbidden",
+                false,
             ),
             (
                 ClaimError::NotLeader,

@@ -70,7 +70,10 @@ pub async fn release_clone_source(
 ) -> Result<Action, ClaimError> {
     let view = ClaimView(claim);
     let pending = ctx.caches.claims.state();
-    if clone_pending(view.namespace(), view.name(), pending.iter().map(|c| &c.0)) {
+    if pending
+        .iter()
+        .any(|c| ClaimView(&c.0).waits_for(keys::CLAIM_KIND, view.namespace(), view.name()))
+    {
         debug!(claim = %view.key(), "a clone of it is pending: keeping its protection");
         return Ok(Action::requeue(ctx.claims.next_delay(view.uid())));
     }
@@ -83,62 +86,4 @@ pub async fn release_clone_source(
         })?;
     info!(claim = %view.key(), "no pending clone: removed the cloning protection");
     Ok(Action::await_change())
-}
-
-/// Whether a claim still to be provisioned in `namespace` is cloned from the
-/// claim `name` (upstream looks at `dataSource` only).
-pub fn clone_pending<'a>(
-    namespace: &str,
-    name: &str,
-    claims: impl IntoIterator<Item = &'a PersistentVolumeClaim>,
-) -> bool {
-    claims.into_iter().any(|c| {
-        let pending = ClaimView(c).is_pending();
-        let from_it = c
-            .spec
-            .as_ref()
-            .and_then(|s| s.data_source.as_ref())
-            .is_some_and(|d| {
-                d.kind == keys::CLAIM_KIND
-                    && d.api_group.as_deref().unwrap_or_default().is_empty()
-                    && d.name == name
-            });
-        pending && from_it && c.namespace().as_deref() == Some(namespace)
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::api::core::v1::{PersistentVolumeClaimStatus, TypedLocalObjectReference};
-
-    fn clone_of(source: &str, namespace: &str, phase: &str) -> PersistentVolumeClaim {
-        let mut c = crate::provision::fixtures::claim();
-        c.metadata.namespace = Some(namespace.into());
-        c.spec.as_mut().unwrap().data_source = Some(TypedLocalObjectReference {
-            api_group: None,
-            kind: "PersistentVolumeClaim".into(),
-            name: source.into(),
-        });
-        c.status = Some(PersistentVolumeClaimStatus {
-            phase: Some(phase.into()),
-            ..Default::default()
-        });
-        c
-    }
-
-    #[test]
-    fn only_a_pending_clone_in_the_same_namespace_keeps_the_source() {
-        let rows = [
-            (clone_of("src", "a", "Pending"), true),
-            (clone_of("src", "a", ""), true),
-            (clone_of("src", "a", "Bound"), false),
-            (clone_of("src", "b", "Pending"), false),
-            (clone_of("other", "a", "Pending"), false),
-            (crate::provision::fixtures::claim(), false),
-        ];
-        for (c, keeps) in rows {
-            assert_eq!(clone_pending("a", "src", [&c]), keeps, "{c:?}");
-        }
-    }
 }
