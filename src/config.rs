@@ -33,10 +33,6 @@ const MAX_VOLUME_NAME_UUID_LENGTH: i64 = 32;
 /// manifest asked for. Delete a row when its feature lands.
 const NOT_SUPPORTED_YET: &[NotSupported] = &[
     NotSupported {
-        flag: "--enable-capacity",
-        enabled: |a| a.capacity.enable_capacity,
-    },
-    NotSupported {
         flag: "--node-deployment",
         enabled: |a| a.node_deployment.node_deployment,
     },
@@ -315,7 +311,8 @@ pub struct CapacityArgs {
     #[arg(long)]
     pub enable_capacity: bool,
 
-    /// Workers updating CSIStorageCapacity objects.
+    /// Workers updating CSIStorageCapacity objects (accepted; here one pass
+    /// brings every object up to date).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub capacity_threads: u64,
 
@@ -2474,9 +2471,8 @@ mod tests {
     fn features_not_built_yet_are_rejected_when_turned_on() {
         let full_env = env(&[("NODE_NAME", "n"), ("NAMESPACE", "ns"), ("POD_NAME", "p")]);
         let cases: &[(&[&str], &str)] = &[
-            (&["--enable-capacity"], "--enable-capacity"),
-            (&["-enable-capacity=true"], "--enable-capacity"),
             (&["--node-deployment"], "--node-deployment"),
+            (&["-node-deployment=true"], "--node-deployment"),
             (&["--enable-pprof"], "--enable-pprof"),
         ];
         for (args, flag) in cases {

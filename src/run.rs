@@ -19,7 +19,7 @@ use tracing::{error, info, warn};
 
 use crate::config::RateLimit;
 use crate::controller::claim::{ClaimMemory, IntentReleaser};
-use crate::controller::{Backoff, Caches, Context, VolumeMemory, claim, volume};
+use crate::controller::{Backoff, Caches, Context, VolumeMemory, capacity, claim, volume};
 use crate::csi::{CsiClient, DriverCapabilities};
 use crate::http::{HttpServer, LeaderHealth};
 use crate::kube::lease::{Elector, LeaseConfig, lease_name};
@@ -51,6 +51,8 @@ pub struct RunConfig {
     pub leader_election: Option<LeaderElection>,
     /// `--snapshot-orphan-sweep-interval`; `None`: no sweep.
     pub snapshot_orphan_sweep_interval: Option<Duration>,
+    /// `--enable-capacity` and its settings; `None`: no capacity tracking.
+    pub capacity: Option<crate::config::CapacityConfig>,
 }
 
 #[derive(Clone, Debug)]
@@ -85,6 +87,8 @@ pub enum FatalError {
     },
     #[error("{0}")]
     LeaseLost(#[from] crate::kube::lease::LeaseError),
+    #[error(transparent)]
+    Capacity(#[from] crate::controller::capacity::StartError),
 }
 
 pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalError> {
@@ -122,6 +126,39 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
     };
     let client = kube_client(&cfg, bucket.as_ref().map(|b| b.layer(Lane::Work))).await?;
     let background = kube_client(&cfg, bucket.as_ref().map(|b| b.layer(Lane::Background))).await?;
+
+    // Capacity tracking has a client of its own (upstream: `--kube-api-capacity-qps/-burst`),
+    // and finds the owner of its objects before anything else, fatal on errors as upstream.
+    let capacity = match &cfg.capacity {
+        None => None,
+        Some(cap) => {
+            let layer = match cap.rate_limit {
+                RateLimit::Unlimited => None,
+                RateLimit::TokenBucket { qps, burst } => {
+                    Some(SharedBucket::new(qps, burst).layer(Lane::Work))
+                }
+            };
+            let cap_client = kube_client(&cfg, layer).await?;
+            let owner = match &cap.owner {
+                None => None,
+                Some(o) => Some(capacity::owner(&cap_client, &cap.namespace, o).await?),
+            };
+            if !driver.capabilities.get_capacity {
+                warn!(
+                    "--enable-capacity: the driver does not report the GET_CAPACITY capability; GetCapacity calls will fail"
+                );
+            }
+            Some((
+                cap.clone(),
+                cap_client,
+                owner,
+                Arc::new(tokio::sync::Notify::new()),
+            ))
+        }
+    };
+    let capacity_gauges = capacity
+        .as_ref()
+        .map(|_| capacity::Gauges::register(&mut registry));
 
     let mut options = cfg.provision.clone();
     if cfg.discover_volume_attributes_class && !serves_volume_attributes_class(&client).await {
@@ -217,6 +254,7 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
             backoff: Backoff::new(cfg.retry_start, cfg.retry_max),
             deleted: Default::default(),
         },
+        capacity: capacity.as_ref().map(|c| c.3.clone()),
     });
 
     let workers = controller::Config::default().concurrency(cfg.worker_threads as u16);
@@ -282,7 +320,23 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
         }
         _ => futures::future::Either::Right(std::future::ready(())),
     };
-    let workers = futures::future::join3(own_task(claims), own_task(volumes), sweep);
+    let tracker = match (capacity, capacity_gauges) {
+        (Some((config, client, owner, trigger)), Some(gauges)) => {
+            futures::future::Either::Left(own_task(capacity::run(
+                capacity::Tracker {
+                    ctx: ctx.clone(),
+                    client,
+                    config,
+                    owner,
+                    gauges,
+                    trigger,
+                },
+                stop.clone(),
+            )))
+        }
+        _ => futures::future::Either::Right(std::future::ready(())),
+    };
+    let workers = futures::future::join4(own_task(claims), own_task(volumes), sweep, tracker);
     // Stop (SIGTERM) lets in-flight reconciles finish, then gives the Lease
     // up so a standby takes over at once; a lost Lease stops everything now.
     tokio::pin!(workers);

@@ -9,74 +9,14 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 
 use csi_provisioner::kube::lease::lease_name;
 use csi_test_driver::code::GrpcCode;
 use csi_test_driver::control::Fault;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-
-use support::{DEADLINE, Rig, wait_for};
+use support::{DEADLINE, Rig, free_address, get, wait_for, wait_serving};
 
 const OPENMETRICS_ACCEPT: &str =
     "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
-
-/// A loopback address nothing listens on (the kernel picked the port; we let it go again).
-fn free_address() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("binding a free port");
-    listener.local_addr().unwrap().to_string()
-}
-
-struct Reply {
-    status: u16,
-    content_type: String,
-    body: String,
-}
-
-/// One HTTP/1.0 GET (the server closes the connection after answering).
-async fn get(address: &str, path: &str, accept: Option<&str>) -> std::io::Result<Reply> {
-    let mut stream = TcpStream::connect(address).await?;
-    let accept = accept
-        .map(|a| format!("Accept: {a}\r\n"))
-        .unwrap_or_default();
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {address}\r\n{accept}\r\n").as_bytes())
-        .await?;
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).await?;
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let content_type = head
-        .lines()
-        .find_map(|l| {
-            l.split_once(':')
-                .filter(|(k, _)| k.eq_ignore_ascii_case("content-type"))
-        })
-        .map(|(_, v)| v.trim().to_string())
-        .unwrap_or_default();
-    Ok(Reply {
-        status,
-        content_type,
-        body: body.to_string(),
-    })
-}
-
-/// Waits until the endpoint answers `path` with 200.
-async fn wait_serving(rig: &Rig, address: &str, path: &str) -> Reply {
-    wait_for(&format!("{path} on {address}"), DEADLINE, || async {
-        match get(address, path, None).await {
-            Ok(r) if r.status == 200 => Ok(r),
-            Ok(r) => Err(format!("HTTP {}: {}", r.status, r.body)),
-            Err(e) => Err(format!("{e}; sidecar log:\n{}", rig.sidecar_log())),
-        }
-    })
-    .await
-}
 
 /// One sample of the text exposition: name, labels, value.
 #[derive(Debug)]

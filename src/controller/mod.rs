@@ -6,6 +6,7 @@
 //! object at a time, deduplicated triggers, bounded concurrency. What it lacks
 //! — per-object exponential backoff — lives in [`Backoff`].
 
+pub mod capacity;
 pub mod claim;
 pub mod snapshot_sweep;
 mod topology;
@@ -45,6 +46,9 @@ pub struct Context {
     pub intents: IntentReleaser,
     /// What the volume path remembers.
     pub volumes: VolumeMemory,
+    /// With `--enable-capacity`: poked when a volume was provisioned or
+    /// deleted, so that the capacity objects follow at once.
+    pub capacity: Option<Arc<tokio::sync::Notify>>,
 }
 
 /// The reflector caches: for finding work, never for deciding an
@@ -144,6 +148,13 @@ pub fn retry_delay(start: Duration, max: Duration, failures: u32) -> Duration {
 }
 
 impl Context {
+    /// Tells the capacity tracker (if any) that a volume came or went.
+    pub fn capacity_changed(&self) {
+        if let Some(trigger) = &self.capacity {
+            trigger.notify_one();
+        }
+    }
+
     /// Reads the data of a secret the StorageClass refers to.
     pub async fn secret_data(&self, r: &SecretRef) -> Result<HashMap<String, String>, kube::Error> {
         let api: kube::Api<Secret> = kube::Api::namespaced(self.client.clone(), &r.namespace);

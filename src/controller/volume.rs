@@ -203,6 +203,7 @@ async fn delete(ctx: &Context, cached: &Pv) -> Result<(), VolumeError> {
         .get_or_create(&labels(&pv))
         .observe(started.elapsed().as_secs_f64());
     info!(pv = %pv.name_any(), volume = %handle, "deleted");
+    ctx.capacity_changed();
     Ok(())
 }
 

@@ -27,6 +27,7 @@ pub struct DriverCapabilities {
     pub create_delete_snapshot: bool,
     pub single_node_multi_writer: bool,
     pub modify_volume: bool,
+    pub get_capacity: bool,
 }
 
 impl DriverCapabilities {
@@ -60,6 +61,7 @@ impl DriverCapabilities {
                     Ok(Rpc::CreateDeleteSnapshot) => caps.create_delete_snapshot = true,
                     Ok(Rpc::SingleNodeMultiWriter) => caps.single_node_multi_writer = true,
                     Ok(Rpc::ModifyVolume) => caps.modify_volume = true,
+                    Ok(Rpc::GetCapacity) => caps.get_capacity = true,
                     _ => {}
                 }
             }
@@ -290,6 +292,29 @@ impl CsiClient {
     /// Probes until the driver says it is ready (upstream ProbeForever): absent
     /// `ready` means ready; `ready=false` and timeouts are retried every second;
     /// any other error is returned (the caller exits).
+    /// `GetCapacity` for a class's parameters in a topology segment (`None`:
+    /// the driver has no topology), as the capacity tracker asks it.
+    pub async fn get_capacity(
+        &self,
+        parameters: std::collections::HashMap<String, String>,
+        segment: Option<std::collections::HashMap<String, String>>,
+    ) -> Result<pb::GetCapacityResponse, Status> {
+        let req = pb::GetCapacityRequest {
+            volume_capabilities: Vec::new(),
+            parameters,
+            accessible_topology: segment.map(|segments| pb::Topology { segments }),
+        };
+        debug!(request = ?req, "GetCapacity");
+        let res = self
+            .call(
+                "/csi.v1.Controller/GetCapacity",
+                self.controller().get_capacity(req),
+            )
+            .await;
+        debug!(response = ?res, "GetCapacity done");
+        res
+    }
+
     pub async fn probe_until_ready(&self) -> Result<(), Status> {
         loop {
             match self.probe().await {

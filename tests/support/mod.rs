@@ -7,6 +7,7 @@
 
 mod cluster;
 mod fixtures;
+mod http;
 mod names;
 mod namespace;
 mod process;
@@ -17,6 +18,7 @@ mod wait;
 
 pub use cluster::{Cluster, cluster, testbed_bin};
 pub use fixtures::{PvFixture, PvcFixture, StorageClassFixture};
+pub use http::{Reply, free_address, get, wait_serving};
 pub use names::unique_name;
 pub use namespace::TestNamespace;
 pub use process::{ChildProcess, wait_for_socket, workspace_bin};

@@ -137,6 +137,7 @@ impl RigBuilder {
                 .sidecar_binary
                 .unwrap_or_else(|| workspace_bin("csi-provisioner")),
             args,
+            env: Vec::new(),
             dir,
         };
         if self.start_sidecar {
@@ -157,6 +158,8 @@ pub struct Rig {
     /// The `csi-provisioner` executable [`Rig::start_sidecar`] runs.
     pub binary: PathBuf,
     pub args: Vec<String>,
+    /// Environment of the sidecar ([`Rig::start_sidecar`]), added to the test's.
+    pub env: Vec<(String, String)>,
     pub dir: tempfile::TempDir,
 }
 
@@ -179,7 +182,9 @@ impl Rig {
             old.kill();
         }
         self.sidecar = Some(ChildProcess::spawn(
-            Command::new(&self.binary).args(&self.args),
+            Command::new(&self.binary)
+                .args(&self.args)
+                .envs(self.env.iter().cloned()),
         ));
     }
 
@@ -346,7 +351,7 @@ impl Rig {
         .await
     }
 
-    fn sidecar_log_tail(&self) -> String {
+    pub fn sidecar_log_tail(&self) -> String {
         let log = self.sidecar_log();
         let lines: Vec<&str> = log.lines().collect();
         lines[lines.len().saturating_sub(8)..].join("\n")

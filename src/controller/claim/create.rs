@@ -469,6 +469,7 @@ async fn save(
             .observe(took.as_secs_f64());
     }
     info!(claim = %view.key(), pv = %prepared.pv_name, "provisioned");
+    ctx.capacity_changed();
     // Upstream finds no claim to report on when it was deleted meanwhile;
     // ours is still there (Terminating, held by the intent): say nothing either.
     if !deleted_since(ctx, view) {

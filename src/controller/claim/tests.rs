@@ -203,6 +203,7 @@ impl Rig {
                 backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
                 deleted: Default::default(),
             },
+            capacity: None,
         };
         Rig {
             ctx,
