@@ -713,13 +713,20 @@ mod tests {
         let created = Answer::Ok(vol("v", 1));
         let unimplemented = failed::<pb::Volume>(Code::Unimplemented);
         let deleted = Answer::Ok(());
-        let o = |create_delete, creates: Vec<&Answer<pb::Volume>>| Observed {
-            controller_service: Some(true),
-            create_delete_volume: create_delete,
-            controller_answered: true,
-            creates,
-            deletes: vec![&deleted],
-        };
+        fn observed<'a>(
+            create_delete: Option<bool>,
+            creates: Vec<&'a Answer<pb::Volume>>,
+            deleted: &'a Answer<()>,
+        ) -> Observed<'a> {
+            Observed {
+                controller_service: Some(true),
+                create_delete_volume: create_delete,
+                controller_answered: true,
+                creates,
+                deletes: vec![deleted],
+            }
+        }
+        let o = |create_delete, creates| observed(create_delete, creates, &deleted);
         use Verdict::*;
         assert_eq!(
             capabilities_consistent(&o(Some(true), vec![&created])).verdict,

@@ -74,8 +74,10 @@ pub enum Fault {
     /// parameters, like a backend that never compares them (the spec asks for
     /// `ALREADY_EXISTS`).
     CreateIgnoresParameters,
-    /// `CreateVolume` only: a name that exists gets a new volume of its own instead of the
-    /// existing one, like a backend that does not use the name as its idempotency key.
+    /// `CreateVolume` only: a name that exists, asked again with a compatible request, gets a new
+    /// volume of its own instead of the existing one (an incompatible request still gets
+    /// `ALREADY_EXISTS`), like a backend that checks names for conflicts but does not use them
+    /// as its idempotency key.
     CreateNotIdempotent,
     /// `DeleteVolume` only: an id this driver never held is answered `NOT_FOUND` (the spec
     /// asks for `OK`).

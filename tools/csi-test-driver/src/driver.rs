@@ -387,10 +387,7 @@ impl Driver {
         let content_source = content_source_of(req.volume_content_source.as_ref())?;
 
         let misbehaviour = self.faults.misbehaviour();
-        if let Some(existing) = ledger
-            .volume_by_name(&req.name)
-            .filter(|_| !misbehaviour.create_not_idempotent)
-        {
+        if let Some(existing) = ledger.volume_by_name(&req.name) {
             let size_fits = (required == 0 || existing.capacity_bytes >= required)
                 && (limit == 0 || existing.capacity_bytes <= limit);
             if !size_fits {
@@ -411,7 +408,9 @@ impl Driver {
                     req.name
                 )));
             }
-            return Ok((existing.clone(), false));
+            if !misbehaviour.create_not_idempotent {
+                return Ok((existing.clone(), false));
+            }
         }
 
         let mut size = if required > 0 {
