@@ -192,11 +192,12 @@ pub fn spec_code(code: Code) -> String {
     out
 }
 
+/// `NOT_FOUND ("what the driver said")`.
 fn error_text(code: Code, message: &str) -> String {
     if message.is_empty() {
         spec_code(code)
     } else {
-        format!("{}: {message}", spec_code(code))
+        format!("{} ({message:?})", spec_code(code))
     }
 }
 
