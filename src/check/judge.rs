@@ -1,6 +1,14 @@
 //! The rules of `csi-provisioner check`, each a pure function from what the
 //! driver answered to a result. No I/O here: `session.rs` makes the calls and
 //! hands the answers over, so every rule is table-tested without a driver.
+//!
+//! The rules are the CSI spec's (spec.md of CSI v1.13, "CreateVolume",
+//! "DeleteVolume", "CapacityRange", "Volume"): a same-name request compatible
+//! with the existing volume MUST get it (`0 OK`), an incompatible one
+//! (capacity range, capabilities, parameters) `ALREADY_EXISTS`; `DeleteVolume`
+//! of a volume that does not exist MUST reply `0 OK`; `capacity_bytes` 0 means
+//! unknown, otherwise the volume is at least `required_bytes` and at most
+//! `limit_bytes` (each 0: unspecified).
 
 use std::time::Duration;
 
