@@ -2,6 +2,7 @@
 //! external-provisioner sidecar. `main.rs` only wires these modules together.
 
 pub mod capacity;
+pub mod check;
 pub mod config;
 pub mod console;
 pub mod controller;

@@ -11,6 +11,9 @@ use tokio_util::sync::CancellationToken;
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("check") {
+        return csi_provisioner::check::main(argv);
+    }
     let args = match config::parse_from(argv.clone()) {
         Ok(a) => a,
         Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => {

@@ -172,6 +172,14 @@ impl CsiClient {
         self.timeout
     }
 
+    /// The same connection with another per-call time limit.
+    pub fn with_timeout(&self, timeout: Duration) -> CsiClient {
+        CsiClient {
+            timeout,
+            ..self.clone()
+        }
+    }
+
     fn identity(&self) -> pb::identity_client::IdentityClient<Channel> {
         pb::identity_client::IdentityClient::new(self.channel.clone())
     }
@@ -270,6 +278,19 @@ impl CsiClient {
         volume_id: &str,
         secrets: std::collections::HashMap<String, String>,
     ) -> Result<(), Status> {
+        match self.delete_volume_as_answered(volume_id, secrets).await {
+            Err(s) if s.code() == tonic::Code::NotFound => Ok(()),
+            other => other,
+        }
+    }
+
+    /// `DeleteVolume` of `volume_id`, with the driver's answer as it is
+    /// (`csi-provisioner check` judges whether `NotFound` was said).
+    pub async fn delete_volume_as_answered(
+        &self,
+        volume_id: &str,
+        secrets: std::collections::HashMap<String, String>,
+    ) -> Result<(), Status> {
         let req = pb::DeleteVolumeRequest {
             volume_id: volume_id.to_string(),
             secrets,
@@ -282,11 +303,7 @@ impl CsiClient {
             )
             .await;
         debug!(response = ?res, "DeleteVolume done");
-        match res {
-            Ok(_) => Ok(()),
-            Err(s) if s.code() == tonic::Code::NotFound => Ok(()),
-            Err(s) => Err(s),
-        }
+        res.map(drop)
     }
 
     /// Probes until the driver says it is ready (upstream ProbeForever): absent

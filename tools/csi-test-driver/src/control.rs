@@ -70,6 +70,21 @@ pub enum Fault {
     CreateReportsCapacity { bytes: i64, count: u32 },
     /// Every call blocks until a `release` command for this method.
     Hang,
+    /// `CreateVolume` only: a name that exists is answered with its volume whatever the
+    /// parameters, like a backend that never compares them (the spec asks for
+    /// `ALREADY_EXISTS`).
+    CreateIgnoresParameters,
+    /// `CreateVolume` only: a name that exists, asked again with a compatible request, gets a new
+    /// volume of its own instead of the existing one (an incompatible request still gets
+    /// `ALREADY_EXISTS`), like a backend that checks names for conflicts but does not use them
+    /// as its idempotency key.
+    CreateNotIdempotent,
+    /// `DeleteVolume` only: an id this driver never held is answered `NOT_FOUND` (the spec
+    /// asks for `OK`).
+    DeleteUnknownNotFound,
+    /// `DeleteVolume` only: an id this driver held and deleted is answered `NOT_FOUND` (the
+    /// spec asks for `OK`: a second `DeleteVolume` succeeds).
+    DeleteAgainNotFound,
 }
 
 /// The answer to a [`Request`].

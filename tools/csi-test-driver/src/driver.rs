@@ -386,6 +386,7 @@ impl Driver {
         let parameters: BTreeMap<String, String> = sorted(&req.parameters);
         let content_source = content_source_of(req.volume_content_source.as_ref())?;
 
+        let misbehaviour = self.faults.misbehaviour();
         if let Some(existing) = ledger.volume_by_name(&req.name) {
             let size_fits = (required == 0 || existing.capacity_bytes >= required)
                 && (limit == 0 || existing.capacity_bytes <= limit);
@@ -395,7 +396,7 @@ impl Driver {
                     req.name, existing.capacity_bytes
                 )));
             }
-            if existing.parameters != parameters {
+            if existing.parameters != parameters && !misbehaviour.create_ignores_parameters {
                 return Err(Status::already_exists(format!(
                     "volume {:?} exists with different parameters",
                     req.name
@@ -407,7 +408,9 @@ impl Driver {
                     req.name
                 )));
             }
-            return Ok((existing.clone(), false));
+            if !misbehaviour.create_not_idempotent {
+                return Ok((existing.clone(), false));
+            }
         }
 
         let mut size = if required > 0 {
@@ -555,7 +558,29 @@ impl Driver {
                     Ok(v1::DeleteVolumeResponse {})
                 }
                 // Deleting what does not exist is success: DeleteVolume is idempotent.
-                None => Ok(v1::DeleteVolumeResponse {}),
+                // Unless a fault makes this driver break that rule.
+                None => {
+                    let misbehaviour = self.faults.misbehaviour();
+                    let deleted_before = ledger.operations.iter().any(|op| {
+                        op.method == "DeleteVolume"
+                            && op.deleted
+                            && op.volume_id.as_deref() == Some(req.volume_id.as_str())
+                    });
+                    let not_found = if deleted_before {
+                        misbehaviour.delete_again_not_found
+                    } else {
+                        misbehaviour.delete_unknown_not_found
+                    };
+                    if not_found {
+                        record.injected = true;
+                        Err(Status::not_found(format!(
+                            "injected fault: volume {} not found",
+                            req.volume_id
+                        )))
+                    } else {
+                        Ok(v1::DeleteVolumeResponse {})
+                    }
+                }
             }
         };
         if let Err(status) = &result {

@@ -60,6 +60,11 @@ struct MethodFaults {
     /// Capacity to report instead of the real one, for this many more calls.
     reported_capacity: Option<(i64, u32)>,
     hang: bool,
+    /// The rule-breaking behaviours (`Fault::CreateIgnoresParameters` and friends).
+    ignore_parameters: bool,
+    not_idempotent: bool,
+    unknown_not_found: bool,
+    again_not_found: bool,
     /// Calls currently waiting on `release`.
     hung: u64,
 }
@@ -76,6 +81,15 @@ pub struct FaultTable {
     inner: Mutex<Inner>,
     /// One per method, woken by `release`.
     releases: HashMap<&'static str, Notify>,
+}
+
+/// The armed faults that change what a method does rather than how it answers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Misbehaviour {
+    pub create_ignores_parameters: bool,
+    pub create_not_idempotent: bool,
+    pub delete_unknown_not_found: bool,
+    pub delete_again_not_found: bool,
 }
 
 /// What the fault table decided before a call ran.
@@ -151,6 +165,20 @@ impl FaultTable {
                 faults.reported_capacity = (count > 0).then_some((bytes, count));
             }
             Fault::Hang => faults.hang = true,
+            Fault::CreateIgnoresParameters | Fault::CreateNotIdempotent
+                if method != "CreateVolume" =>
+            {
+                return Err("this fault applies to CreateVolume only".into());
+            }
+            Fault::DeleteUnknownNotFound | Fault::DeleteAgainNotFound
+                if method != "DeleteVolume" =>
+            {
+                return Err("this fault applies to DeleteVolume only".into());
+            }
+            Fault::CreateIgnoresParameters => faults.ignore_parameters = true,
+            Fault::CreateNotIdempotent => faults.not_idempotent = true,
+            Fault::DeleteUnknownNotFound => faults.unknown_not_found = true,
+            Fault::DeleteAgainNotFound => faults.again_not_found = true,
         }
         Ok(())
     }
@@ -279,6 +307,19 @@ impl FaultTable {
         Some(bytes)
     }
 
+    /// Which rule-breaking behaviours are armed (they last until cleared).
+    pub fn misbehaviour(&self) -> Misbehaviour {
+        let inner = self.lock();
+        let create = inner.methods.get("CreateVolume");
+        let delete = inner.methods.get("DeleteVolume");
+        Misbehaviour {
+            create_ignores_parameters: create.is_some_and(|f| f.ignore_parameters),
+            create_not_idempotent: create.is_some_and(|f| f.not_idempotent),
+            delete_unknown_not_found: delete.is_some_and(|f| f.unknown_not_found),
+            delete_again_not_found: delete.is_some_and(|f| f.again_not_found),
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // A panic while holding this lock would be a bug in this file; keep serving anyway.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
@@ -397,6 +438,33 @@ mod tests {
             .unwrap();
         assert!(table.take_deadline_after_create());
         assert!(!table.take_deadline_after_create());
+    }
+
+    #[test]
+    fn misbehaviours_apply_to_their_method_until_cleared() {
+        let table = FaultTable::new(1);
+        assert!(
+            table
+                .set("DeleteVolume", Fault::CreateNotIdempotent)
+                .is_err()
+        );
+        assert!(
+            table
+                .set("CreateVolume", Fault::DeleteAgainNotFound)
+                .is_err()
+        );
+        table
+            .set("CreateVolume", Fault::CreateIgnoresParameters)
+            .unwrap();
+        table
+            .set("DeleteVolume", Fault::DeleteUnknownNotFound)
+            .unwrap();
+        let armed = table.misbehaviour();
+        assert!(armed.create_ignores_parameters && armed.delete_unknown_not_found);
+        assert!(!armed.create_not_idempotent && !armed.delete_again_not_found);
+        table.clear(Some("CreateVolume")).unwrap();
+        assert!(!table.misbehaviour().create_ignores_parameters);
+        assert!(table.misbehaviour().delete_unknown_not_found);
     }
 
     #[test]

@@ -1,0 +1,352 @@
+//! `csi-provisioner check`: checks a CSI driver against what a provisioner
+//! relies on and reports each rule as passed, failed or skipped. The rules are
+//! pure functions (`judge`), the calls and the cleanup of every volume created
+//! live in `session`, the text and JSON reports in `report`.
+
+mod args;
+pub mod judge;
+mod report;
+mod session;
+
+use std::collections::{BTreeMap, HashMap};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use tokio_util::sync::CancellationToken;
+
+use crate::console;
+use crate::csi::{CsiClient, DriverCapabilities, pb};
+use crate::duration::format_go_duration;
+use crate::metrics::Metrics;
+use args::{CheckArgs, Output, Plan};
+use judge::{Answer, CapacitySample, CheckId, DeleteKind, Observed, Outcome};
+use report::{DriverInfo, Report};
+use session::{CheckName, Interrupted, Session};
+
+pub use report::JSON_VERSION;
+pub use session::NAME_PREFIX;
+
+/// Runs `csi-provisioner check ARGS...`; `argv` is the whole command line
+/// (`csi-provisioner`, `check`, flags).
+pub fn main(argv: Vec<String>) -> ExitCode {
+    let flags = argv.into_iter().skip(2);
+    let parsed = CheckArgs::try_parse_from(
+        std::iter::once("csi-provisioner check".to_string()).chain(flags),
+    );
+    let args = match parsed {
+        Ok(a) => a,
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => {
+            return print(&e.render().to_string(), ExitCode::SUCCESS);
+        }
+        Err(e) => {
+            console::err(&format!("{}\n", crate::config::error_line(&e)));
+            return ExitCode::from(2);
+        }
+    };
+    let plan = match args.plan() {
+        Ok(p) => p,
+        Err(e) => {
+            console::err(&format!("{e}\n"));
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            console::err(&format!("failed to start the async runtime: {e}\n"));
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(run(&plan));
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
+        Ok(report) => {
+            let text = match plan.output {
+                Output::Text => report.text(),
+                Output::Json => report.json(),
+            };
+            if report.interrupted {
+                console::err(
+                    "check interrupted; the volumes it created are cleaned up (see the report)\n",
+                );
+            }
+            let code = if report.success() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            };
+            print(&text, code)
+        }
+        Err(e) => {
+            console::err(&format!("{e}\n"));
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Writes the report; a reader that went away is not an error.
+fn print(text: &str, code: ExitCode) -> ExitCode {
+    match console::out(text) {
+        Ok(()) => code,
+        Err(e) => {
+            console::err(&format!("failed to write to stdout: {e}\n"));
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Connects, runs the checks, cleans up. `Err` only when the driver cannot
+/// be reached at all.
+async fn run(plan: &Plan) -> Result<Report, String> {
+    let stop = CancellationToken::new();
+    let abort_cleanup = CancellationToken::new();
+    tokio::spawn(on_signals(stop.clone(), abort_cleanup.clone()));
+
+    let connect = CsiClient::connect(
+        &plan.socket,
+        plan.timeout,
+        plan.timeout,
+        Arc::new(Metrics::unregistered()),
+    );
+    let client = tokio::select! {
+        c = connect => c.map_err(|e| e.to_string())?,
+        _ = stop.cancelled() => return Err("interrupted before the driver answered".into()),
+    };
+    let mut session = Session::new(client, stop.clone());
+    let mut results = Results::default();
+    let interrupted = checks(&mut session, plan, &mut results).await.is_err();
+    let cleanup = session.cleanup(plan.cleanup_timeout, &abort_cleanup).await;
+
+    // Judged last, from every call made (also those of an interrupted run).
+    results.set(
+        CheckId::Timeouts,
+        judge::timeouts(&session.calls, plan.timeout),
+    );
+    let not_run = if interrupted {
+        "not run: interrupted"
+    } else {
+        "not run"
+    };
+    Ok(Report {
+        address: plan.address.clone(),
+        timeout: format_go_duration(plan.timeout),
+        driver: results.driver.clone(),
+        checks: CheckId::ALL
+            .iter()
+            .map(|id| {
+                let outcome = results
+                    .outcomes
+                    .remove(id)
+                    .unwrap_or_else(|| Outcome::skip(not_run));
+                (*id, outcome)
+            })
+            .collect(),
+        cleanup,
+        interrupted,
+    })
+}
+
+#[derive(Default)]
+struct Results {
+    outcomes: BTreeMap<CheckId, Outcome>,
+    driver: Option<DriverInfo>,
+}
+
+impl Results {
+    fn set(&mut self, id: CheckId, outcome: Outcome) {
+        self.outcomes.insert(id, outcome);
+    }
+
+    fn skip_all(&mut self, ids: &[CheckId], why: &str) {
+        for id in ids {
+            self.set(*id, Outcome::skip(why));
+        }
+    }
+}
+
+fn create_request(
+    name: &CheckName,
+    plan: &Plan,
+    parameters: &BTreeMap<String, String>,
+    required: i64,
+    limit: i64,
+) -> pb::CreateVolumeRequest {
+    use pb::volume_capability::{AccessMode, AccessType, MountVolume};
+    pb::CreateVolumeRequest {
+        name: name.as_str().to_string(),
+        capacity_range: Some(pb::CapacityRange {
+            required_bytes: required,
+            limit_bytes: limit,
+        }),
+        volume_capabilities: vec![pb::VolumeCapability {
+            access_type: Some(AccessType::Mount(MountVolume::default())),
+            access_mode: Some(AccessMode {
+                mode: plan.access_mode as i32,
+            }),
+        }],
+        parameters: parameters
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<HashMap<_, _>>(),
+        ..Default::default()
+    }
+}
+
+/// The checks in order. Each outcome is set from what the driver answered;
+/// `Err` when interrupted (the outcomes set so far stay).
+async fn checks(s: &mut Session, plan: &Plan, r: &mut Results) -> Result<(), Interrupted> {
+    let info = s.plugin_info().await?;
+    let probe = s.probe().await?;
+    if let Answer::Ok(i) = &info {
+        r.driver = Some(DriverInfo {
+            name: i.name.clone(),
+            vendor_version: i.vendor_version.clone(),
+        });
+    }
+    r.set(CheckId::Probe, judge::probe(&info, &probe));
+
+    let plugin = s.plugin_capabilities().await?;
+    r.set(
+        CheckId::PluginCapabilities,
+        judge::plugin_capabilities(&plugin),
+    );
+    let controller = s.controller_capabilities().await?;
+    r.set(
+        CheckId::ControllerCapabilities,
+        judge::controller_capabilities(&controller),
+    );
+    let empty_plugin = pb::GetPluginCapabilitiesResponse::default();
+    let caps =
+        DriverCapabilities::from_responses(plugin.ok().unwrap_or(&empty_plugin), controller.ok());
+
+    let run = session::run_id();
+    let name_a = CheckName::new(&run, "a");
+    let name_b = CheckName::new(&run, "b");
+    let unknown_id = format!("{}{run}-never-created", session::NAME_PREFIX);
+    let base = create_request(&name_a, plan, &plan.parameters, plan.capacity, 0);
+
+    let first = s.create(&name_a, base.clone()).await?;
+    r.set(
+        CheckId::CreateVolume,
+        judge::create_volume(name_a.as_str(), &first),
+    );
+
+    let mut creates = vec![first.clone()];
+    let mut deletes = Vec::new();
+
+    // DeleteVolume of an unknown id needs no volume of ours.
+    let unknown = s.delete(&unknown_id).await?;
+    r.set(
+        CheckId::DeleteUnknown,
+        judge::delete(DeleteKind::Unknown, &unknown_id, &unknown),
+    );
+    deletes.push(unknown);
+
+    match first.ok().filter(|v| !v.volume_id.is_empty()) {
+        Some(volume) => {
+            let again = s.create(&name_a, base.clone()).await?;
+            r.set(
+                CheckId::CreateIdempotent,
+                judge::create_idempotent(volume, &again),
+            );
+            creates.push(again);
+
+            let mut other_request = base.clone();
+            other_request.parameters = plan
+                .other_parameters
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            let other = s.create(&name_a, other_request).await?;
+            r.set(
+                CheckId::CreateOtherParameters,
+                judge::create_other_parameters(volume, &other),
+            );
+            creates.push(other);
+
+            let limit = plan.capacity * 2;
+            let ranged_request =
+                create_request(&name_b, plan, &plan.parameters, plan.capacity, limit);
+            let ranged = s.create(&name_b, ranged_request).await?;
+            r.set(
+                CheckId::Capacity,
+                judge::capacity(&[
+                    CapacitySample {
+                        required: plan.capacity,
+                        limit: 0,
+                        answer: &first,
+                    },
+                    CapacitySample {
+                        required: plan.capacity,
+                        limit,
+                        answer: &ranged,
+                    },
+                ]),
+            );
+            creates.push(ranged);
+
+            let deleted = s.delete(&volume.volume_id).await?;
+            r.set(
+                CheckId::DeleteVolume,
+                judge::delete(DeleteKind::Created, &volume.volume_id, &deleted),
+            );
+            let deleted_ok = matches!(deleted, Answer::Ok(()));
+            deletes.push(deleted);
+            if deleted_ok {
+                let twice = s.delete(&volume.volume_id).await?;
+                r.set(
+                    CheckId::DeleteTwice,
+                    judge::delete(DeleteKind::Again, &volume.volume_id, &twice),
+                );
+                deletes.push(twice);
+            } else {
+                r.set(
+                    CheckId::DeleteTwice,
+                    Outcome::skip("not run: the first DeleteVolume did not succeed"),
+                );
+            }
+        }
+        None => r.skip_all(
+            &[
+                CheckId::CreateIdempotent,
+                CheckId::CreateOtherParameters,
+                CheckId::Capacity,
+                CheckId::DeleteVolume,
+                CheckId::DeleteTwice,
+            ],
+            "not run: CreateVolume of a new name did not create a volume",
+        ),
+    }
+
+    r.set(
+        CheckId::CapabilitiesConsistent,
+        judge::capabilities_consistent(&Observed {
+            controller_service: plugin.ok().map(|_| caps.controller_service),
+            create_delete_volume: controller.ok().map(|_| caps.create_delete_volume),
+            controller_answered: controller.ok().is_some(),
+            creates: creates.iter().collect(),
+            deletes: deletes.iter().collect(),
+        }),
+    );
+    Ok(())
+}
+
+/// The first SIGINT/SIGTERM stops the checks (the cleanup still runs); a
+/// second one stops the cleanup, which then reports what may be left.
+async fn on_signals(stop: CancellationToken, abort_cleanup: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return;
+    };
+    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+    stop.cancel();
+    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+    abort_cleanup.cancel();
+}
