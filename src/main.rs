@@ -11,6 +11,9 @@ use tokio_util::sync::CancellationToken;
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("audit") {
+        return csi_provisioner::audit::main(argv);
+    }
     let args = match config::parse_from(argv.clone()) {
         Ok(a) => a,
         Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => {

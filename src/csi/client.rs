@@ -27,6 +27,8 @@ pub struct DriverCapabilities {
     pub create_delete_snapshot: bool,
     pub single_node_multi_writer: bool,
     pub modify_volume: bool,
+    /// `ListVolumes` (only `csi-provisioner audit` asks).
+    pub list_volumes: bool,
 }
 
 impl DriverCapabilities {
@@ -60,6 +62,7 @@ impl DriverCapabilities {
                     Ok(Rpc::CreateDeleteSnapshot) => caps.create_delete_snapshot = true,
                     Ok(Rpc::SingleNodeMultiWriter) => caps.single_node_multi_writer = true,
                     Ok(Rpc::ModifyVolume) => caps.modify_volume = true,
+                    Ok(Rpc::ListVolumes) => caps.list_volumes = true,
                     _ => {}
                 }
             }
@@ -285,6 +288,23 @@ impl CsiClient {
             Err(s) if s.code() == tonic::Code::NotFound => Ok(()),
             Err(s) => Err(s),
         }
+    }
+
+    /// One page of `ListVolumes`: at most `max_entries` (0: the driver
+    /// chooses), from `starting_token` (empty: the first page).
+    pub async fn list_volumes(
+        &self,
+        max_entries: i32,
+        starting_token: String,
+    ) -> Result<pb::ListVolumesResponse, Status> {
+        self.call(
+            "/csi.v1.Controller/ListVolumes",
+            self.controller().list_volumes(pb::ListVolumesRequest {
+                max_entries,
+                starting_token,
+            }),
+        )
+        .await
     }
 
     /// Probes until the driver says it is ready (upstream ProbeForever): absent
