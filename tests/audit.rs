@@ -427,7 +427,7 @@ async fn each_kind_of_finding_is_reported_and_nothing_is_changed() {
     assert_eq!(orphan(&duplicate)["claimUid"], kept_uid.as_str());
     assert_eq!(
         orphan(&duplicate)["claim"],
-        json!({"state": "found", "claim": format!("{}/kept", rig.ns.name),
+        json!({"state": "found", "claim": format!("{}/kept", rig.ns.name), "phase": "Bound",
                "volumeName": kept_pv_name, "deleting": false})
     );
 

@@ -116,10 +116,11 @@ pub struct AuditConfig {
 }
 
 /// Parses `argv` (the first item is the program's name as it should appear
-/// in messages). Errors are clap's: `DisplayHelp` for `--help`, a usage
-/// error otherwise.
+/// in messages), with Go's single-dash long flags accepted as the sidecar
+/// accepts them (`-csi-address=/csi/csi.sock`). Errors are clap's:
+/// `DisplayHelp` for `--help`, a usage error otherwise.
 pub fn parse_from(argv: impl IntoIterator<Item = String>) -> Result<AuditArgs, clap::Error> {
-    AuditArgs::try_parse_from(argv)
+    AuditArgs::try_parse_from(crate::config::normalize_args(argv))
 }
 
 impl AuditConfig {
@@ -213,6 +214,21 @@ mod tests {
         assert_eq!(c.recheck_after, Duration::ZERO);
         let c = config(&["--kubeconfig=/flag/kubeconfig"], &Env::default()).unwrap();
         assert_eq!(c.kubeconfig, Some(PathBuf::from("/flag/kubeconfig")));
+        // Go's spelling, as the sidecar takes it.
+        let c = config(
+            &[
+                "-csi-address=/x.sock",
+                "-timeout",
+                "3s",
+                "-volume-name-uuid-length",
+                "-1",
+            ],
+            &Env::default(),
+        )
+        .unwrap();
+        assert_eq!(c.csi_socket, PathBuf::from("/x.sock"));
+        assert_eq!(c.timeout, Duration::from_secs(3));
+        assert_eq!(c.volume_name_uuid_length, -1);
     }
 
     #[test]

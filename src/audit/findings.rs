@@ -104,6 +104,8 @@ pub enum ClaimSeen {
     #[serde(rename_all = "camelCase")]
     Found {
         claim: String,
+        /// `Pending`, `Bound`, `Lost` (its PersistentVolume was deleted).
+        phase: Option<String>,
         /// The PersistentVolume it is bound to.
         volume_name: Option<String>,
         deleting: bool,
@@ -202,6 +204,7 @@ pub fn audit(inventory: &Inventory, rules: &Rules, now: Timestamp) -> Report {
                 claim,
                 volume_name: None,
                 deleting,
+                ..
             }) = &claim
             {
                 in_progress.push(InProgress::VolumeBeingProvisioned {
@@ -349,6 +352,7 @@ fn claim_seen(
             let view = ClaimView(claim);
             ClaimSeen::Found {
                 claim: view.key(),
+                phase: claim.status.as_ref().and_then(|s| s.phase.clone()),
                 volume_name: view.volume_name().map(str::to_string),
                 deleting: view.is_deleting(),
             }
@@ -565,6 +569,7 @@ mod tests {
                     claim_uid: Some(UID_B.into()),
                     claim: Some(ClaimSeen::Found {
                         claim: "ns/data".into(),
+                        phase: Some("Bound".into()),
                         volume_name: Some("pvc-other".into()),
                         deleting: false,
                     }),

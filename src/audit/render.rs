@@ -165,13 +165,22 @@ fn describe_claim(claim: &ClaimSeen) -> String {
         ClaimSeen::Ambiguous { count } => format!("{count} claims match"),
         ClaimSeen::Found {
             claim,
+            phase,
             volume_name,
             deleting,
-        } => match (volume_name, deleting) {
-            (_, true) => format!("{claim} (being deleted)"),
-            (Some(pv), false) => format!("{claim} (bound to {pv})"),
-            (None, false) => claim.clone(),
-        },
+        } => {
+            let mut state: Vec<String> = Vec::new();
+            if *deleting {
+                state.push("being deleted".into());
+            }
+            state.extend(phase.clone());
+            state.extend(volume_name.as_ref().map(|pv| format!("volume {pv}")));
+            if state.is_empty() {
+                claim.clone()
+            } else {
+                format!("{claim} ({})", state.join(", "))
+            }
+        }
     }
 }
 
@@ -281,6 +290,32 @@ Claims holding the provisioning intent for more than 10m0s (1):
 ";
         assert_eq!(text, want);
         assert!(table(&report(vec![])).ends_with("\nNo findings.\n"));
+    }
+
+    #[test]
+    fn a_claim_named_by_a_volume_is_described_by_its_state() {
+        let found = |phase: Option<&str>, pv: Option<&str>, deleting| ClaimSeen::Found {
+            claim: "ns/data".into(),
+            phase: phase.map(String::from),
+            volume_name: pv.map(String::from),
+            deleting,
+        };
+        let table = [
+            (
+                found(Some("Lost"), Some("pvc-1"), false),
+                "ns/data (Lost, volume pvc-1)",
+            ),
+            (
+                found(Some("Bound"), Some("pvc-1"), true),
+                "ns/data (being deleted, Bound, volume pvc-1)",
+            ),
+            (found(None, None, false), "ns/data"),
+            (ClaimSeen::Gone, "gone"),
+            (ClaimSeen::Ambiguous { count: 2 }, "2 claims match"),
+        ];
+        for (claim, want) in table {
+            assert_eq!(describe_claim(&claim), want);
+        }
     }
 
     #[test]
