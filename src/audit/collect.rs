@@ -12,7 +12,7 @@ use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 
 use super::args::AuditConfig;
-use crate::csi::{ConnectError, CsiClient, DriverCapabilities, pb};
+use crate::csi::{ConnectError, CsiClient, DriverCapabilities, pb, with_sources};
 use crate::metrics::Metrics;
 
 /// Objects per page of a list from the API server.
@@ -44,7 +44,7 @@ pub enum AuditError {
     ListVolumesLoop(String),
     #[error("{0}")]
     KubeConfig(String),
-    #[error("failed to list {what}: {source}")]
+    #[error("failed to list {what}: {}", with_sources(source))]
     List {
         what: &'static str,
         #[source]

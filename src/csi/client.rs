@@ -93,7 +93,7 @@ pub enum ConnectError {
 
 /// An error and its sources in one line: tonic's own text is only
 /// "transport error", the reason (`No such file or directory`) is a source.
-fn with_sources(err: &(dyn std::error::Error + 'static)) -> String {
+pub fn with_sources(err: &(dyn std::error::Error + 'static)) -> String {
     let mut line = err.to_string();
     let mut next = err.source();
     while let Some(e) = next {
