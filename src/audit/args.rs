@@ -67,11 +67,21 @@ pub struct AuditArgs {
 
     /// Kubeconfig file; without one, the pod's service account is used
     /// (in-cluster config). KUBECONFIG, when set, takes precedence.
-    #[arg(long, default_value = "", value_name = "PATH")]
+    #[arg(
+        long,
+        default_value = "",
+        hide_default_value = true,
+        value_name = "PATH"
+    )]
     pub kubeconfig: String,
 
     /// API server URL, instead of the kubeconfig's.
-    #[arg(long, default_value = "", value_name = "URL")]
+    #[arg(
+        long,
+        default_value = "",
+        hide_default_value = true,
+        value_name = "URL"
+    )]
     pub master: String,
 
     /// The sidecar's --volume-name-prefix: how volume names carrying a claim UID are recognised.
@@ -88,8 +98,8 @@ pub struct AuditArgs {
     pub intent_older_than: Duration,
 
     /// When the first look finds a volume or PersistentVolume without its other half, look
-    /// again after this long and report only what is still missing (a volume created a moment
-    /// ago has no PersistentVolume yet); 0 reports the first look.
+    /// again after this long and report only what both looks found (a volume created a moment
+    /// ago has no PersistentVolume yet); 0s: one look.
     #[arg(long, default_value = "5s", value_parser = parse_go_duration,
           value_name = "DURATION")]
     pub recheck_after: Duration,
