@@ -1173,11 +1173,7 @@ impl Config {
         if volume_name_prefix.is_empty() {
             return Err(ConfigError::EmptyVolumeNamePrefix);
         }
-        let volume_name_uuid_length = match *volume_name_uuid_length {
-            -1 => None,
-            n @ 1..=MAX_VOLUME_NAME_UUID_LENGTH => Some(n as usize),
-            n => return Err(ConfigError::VolumeNameUuidLength(n)),
-        };
+        let volume_name_uuid_length = volume_name_uuid_length_of(*volume_name_uuid_length)?;
         if retry_interval_start > retry_interval_max {
             return Err(ConfigError::RetryIntervals {
                 start: format_go_duration(*retry_interval_start),
@@ -1410,9 +1406,19 @@ fn rate_limit(
     Ok(RateLimit::TokenBucket { qps, burst })
 }
 
+/// `--volume-name-uuid-length`: `None` for `-1` (the whole UID), else the
+/// number of UID characters, 1 to 32.
+pub fn volume_name_uuid_length_of(n: i64) -> Result<Option<usize>, ConfigError> {
+    match n {
+        -1 => Ok(None),
+        1..=MAX_VOLUME_NAME_UUID_LENGTH => Ok(Some(n as usize)),
+        n => Err(ConfigError::VolumeNameUuidLength(n)),
+    }
+}
+
 /// Upstream hands the address to gRPC, which (for the addresses a sidecar
 /// uses) means a unix socket: `/path`, `unix:///path` or `unix:path`.
-fn csi_socket_path(address: &str) -> Result<PathBuf, ConfigError> {
+pub fn csi_socket_path(address: &str) -> Result<PathBuf, ConfigError> {
     csi_proto::parse_csi_address(address).map_err(|_| ConfigError::CsiAddress(address.to_string()))
 }
 

@@ -1,6 +1,7 @@
 //! csi-provisioner: a drop-in Rust replacement for the Kubernetes CSI
 //! external-provisioner sidecar. `main.rs` only wires these modules together.
 
+pub mod audit;
 pub mod capacity;
 pub mod check;
 pub mod config;

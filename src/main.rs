@@ -11,8 +11,11 @@ use tokio_util::sync::CancellationToken;
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
-    if argv.get(1).map(String::as_str) == Some("check") {
-        return csi_provisioner::check::main(argv);
+    // The operator commands; everything else is the sidecar's command line.
+    match argv.get(1).map(String::as_str) {
+        Some("check") => return csi_provisioner::check::main(argv),
+        Some("audit") => return csi_provisioner::audit::main(argv),
+        _ => {}
     }
     let args = match config::parse_from(argv.clone()) {
         Ok(a) => a,

@@ -556,8 +556,18 @@ async fn kube_client(
     cfg: &RunConfig,
     throttle: Option<ThrottleLayer>,
 ) -> Result<Client, FatalError> {
+    kube_client_for(cfg.kubeconfig.as_deref(), cfg.master.as_deref(), throttle).await
+}
+
+/// A client from the kubeconfig at `kubeconfig` (in-cluster config without
+/// one), talking to `master` when given, with an optional rate limit.
+pub async fn kube_client_for(
+    kubeconfig: Option<&std::path::Path>,
+    master: Option<&str>,
+    throttle: Option<ThrottleLayer>,
+) -> Result<Client, FatalError> {
     let err = |e: &dyn std::fmt::Display| FatalError::KubeConfig(e.to_string());
-    let mut config = match &cfg.kubeconfig {
+    let mut config = match kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| err(&e))?;
             kube::Config::from_custom_kubeconfig(kc, &Default::default())
@@ -566,7 +576,7 @@ async fn kube_client(
         }
         None => kube::Config::incluster().map_err(|e| err(&e))?,
     };
-    if let Some(master) = &cfg.master {
+    if let Some(master) = master {
         config.cluster_url = master.parse().map_err(|e: http::uri::InvalidUri| err(&e))?;
     }
     let builder = kube::client::ClientBuilder::try_from(config).map_err(|e| err(&e))?;

@@ -28,6 +28,8 @@ pub struct DriverCapabilities {
     pub single_node_multi_writer: bool,
     pub modify_volume: bool,
     pub get_capacity: bool,
+    /// `ListVolumes` (only `csi-provisioner audit` asks).
+    pub list_volumes: bool,
 }
 
 impl DriverCapabilities {
@@ -62,6 +64,7 @@ impl DriverCapabilities {
                     Ok(Rpc::SingleNodeMultiWriter) => caps.single_node_multi_writer = true,
                     Ok(Rpc::ModifyVolume) => caps.modify_volume = true,
                     Ok(Rpc::GetCapacity) => caps.get_capacity = true,
+                    Ok(Rpc::ListVolumes) => caps.list_volumes = true,
                     _ => {}
                 }
             }
@@ -92,7 +95,7 @@ pub enum ConnectError {
 
 /// An error and its sources in one line: tonic's own text is only
 /// "transport error", the reason (`No such file or directory`) is a source.
-fn with_sources(err: &(dyn std::error::Error + 'static)) -> String {
+pub fn with_sources(err: &(dyn std::error::Error + 'static)) -> String {
     let mut line = err.to_string();
     let mut next = err.source();
     while let Some(e) = next {
@@ -304,6 +307,23 @@ impl CsiClient {
             .await;
         debug!(response = ?res, "DeleteVolume done");
         res.map(drop)
+    }
+
+    /// One page of `ListVolumes`: at most `max_entries` (0: the driver
+    /// chooses), from `starting_token` (empty: the first page).
+    pub async fn list_volumes(
+        &self,
+        max_entries: i32,
+        starting_token: String,
+    ) -> Result<pb::ListVolumesResponse, Status> {
+        self.call(
+            "/csi.v1.Controller/ListVolumes",
+            self.controller().list_volumes(pb::ListVolumesRequest {
+                max_entries,
+                starting_token,
+            }),
+        )
+        .await
     }
 
     /// Probes until the driver says it is ready (upstream ProbeForever): absent

@@ -14,7 +14,7 @@ pub mod snapshot;
 pub mod topology;
 
 pub use claim::{ClaimView, DataSource};
-pub use naming::volume_name;
+pub use naming::{UidInName, uid_in_name, volume_name};
 pub use pv::build_pv;
 pub use request::{PreparedVolume, prepare};
 pub use secrets::{SecretKind, SecretRef};

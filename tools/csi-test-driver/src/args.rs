@@ -90,6 +90,11 @@ pub struct Args {
     #[arg(long)]
     pub allow_concurrent_calls_per_volume: bool,
 
+    /// Make volume IDs embed the CreateVolume name (`vol-000001-<name>`), as the IDs of many
+    /// drivers do, instead of `vol-000001-<random>`.
+    #[arg(long)]
+    pub volume_id_with_name: bool,
+
     /// Seed of the RNG used by probabilistic faults, so a chaos run can be replayed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,

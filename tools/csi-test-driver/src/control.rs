@@ -42,6 +42,9 @@ pub enum Request {
     Crash,
     /// What `Probe` answers in `ready`.
     SetReady { ready: bool },
+    /// Forgets a volume without a `DeleteVolume`, as when the storage system loses it: gone
+    /// from the ledger's volumes, and no operation records it.
+    LoseVolume { volume_id: String },
 }
 
 /// A fault on one RPC method.
@@ -311,6 +314,15 @@ impl Client {
         self.expect_ok(&Request::SetReady { ready }).await.map(drop)
     }
 
+    /// Forgets a volume behind its users' backs (see [`Request::LoseVolume`]).
+    pub async fn lose_volume(&self, volume_id: &str) -> Result<(), ClientError> {
+        self.expect_ok(&Request::LoseVolume {
+            volume_id: volume_id.to_string(),
+        })
+        .await
+        .map(drop)
+    }
+
     /// Waits until at least `count` calls of `method` are blocked by a `hang` fault.
     pub async fn wait_for_hung(
         &self,
@@ -368,6 +380,12 @@ mod tests {
             (
                 Request::SetReady { ready: false },
                 r#"{"cmd":"set_ready","ready":false}"#,
+            ),
+            (
+                Request::LoseVolume {
+                    volume_id: "vol-1".into(),
+                },
+                r#"{"cmd":"lose_volume","volume_id":"vol-1"}"#,
             ),
         ];
         for (request, json) in cases {

@@ -39,6 +39,8 @@ pub struct DriverConfig {
     pub state_dir: PathBuf,
     /// At most one CreateVolume per name and one DeleteVolume per id at a time (ABORTED otherwise).
     pub serialize_by_name: bool,
+    /// Volume IDs embed the `CreateVolume` name (`vol-000001-<name>`), as many drivers' IDs do.
+    pub volume_id_with_name: bool,
 }
 
 /// The driver's state, shared by the gRPC services and the control socket.
@@ -114,6 +116,17 @@ impl Driver {
     /// A copy of the ledger as it is now.
     pub fn ledger_snapshot(&self) -> Ledger {
         self.ledger().clone()
+    }
+
+    /// Forgets a volume without a `DeleteVolume`, as when the storage system loses it or an
+    /// administrator deletes it there: it leaves the ledger's volumes and no operation records
+    /// it.
+    pub fn lose_volume(&self, volume_id: &str) -> Result<(), String> {
+        let mut ledger = self.ledger();
+        if ledger.volumes.remove(volume_id).is_none() {
+            return Err(format!("volume {volume_id:?} not found"));
+        }
+        self.persist(&ledger).map_err(|s| s.message().to_string())
     }
 
     /// Writes the ledger if call counters changed since the last write.
@@ -487,7 +500,11 @@ impl Driver {
         let seq = ledger.next_volume_seq;
         ledger.next_volume_seq += 1;
         let volume = VolumeRecord {
-            volume_id: format!("vol-{seq:06}-{:08x}", rand::random::<u32>()),
+            volume_id: if self.config.volume_id_with_name {
+                format!("vol-{seq:06}-{}", req.name)
+            } else {
+                format!("vol-{seq:06}-{:08x}", rand::random::<u32>())
+            },
             name: req.name.clone(),
             capacity_bytes: size,
             volume_context: parameters.clone(),

@@ -41,6 +41,8 @@ pub struct DriverOptions {
     pub seed: u64,
     /// `RUST_LOG` for the child, unless the environment already sets one.
     pub log: String,
+    /// Passed as `--volume-id-with-name`: volume IDs embed the CreateVolume name.
+    pub volume_id_with_name: bool,
 }
 
 impl Default for DriverOptions {
@@ -53,6 +55,7 @@ impl Default for DriverOptions {
             capabilities: Vec::new(),
             seed: 1,
             log: "warn".into(),
+            volume_id_with_name: false,
         }
     }
 }
@@ -100,6 +103,9 @@ impl DriverProcess {
         }
         if !options.capabilities.is_empty() {
             args.push(format!("--capabilities={}", options.capabilities.join(",")));
+        }
+        if options.volume_id_with_name {
+            args.push("--volume-id-with-name".into());
         }
         let child = spawn(binary, &args, &options.log)?;
         let mut process = DriverProcess {

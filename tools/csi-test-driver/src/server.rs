@@ -49,6 +49,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             mutable_keys: args.mutable_parameters.clone(),
             state_dir: args.state_dir.clone(),
             serialize_by_name: !args.allow_concurrent_calls_per_volume,
+            volume_id_with_name: args.volume_id_with_name,
         },
         ledger,
         args.seed,
@@ -200,6 +201,7 @@ fn handle(driver: &Driver, request: Request) -> Response {
         Request::Release { method } => driver.faults().release(&method),
         // Answered first, then the connection handler exits the process.
         Request::Crash => Ok(()),
+        Request::LoseVolume { volume_id } => driver.lose_volume(&volume_id),
         Request::SetReady { ready } => {
             driver.set_ready(ready);
             Ok(())

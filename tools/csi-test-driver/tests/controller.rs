@@ -311,3 +311,41 @@ async fn topology_is_advertised_and_put_on_volumes() {
     let err = controller.create_volume(elsewhere).await.unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted);
 }
+
+#[tokio::test]
+async fn a_lost_volume_leaves_without_a_delete_volume_and_ids_can_carry_names() {
+    let h = Harness::start_with(DriverOptions {
+        volume_id_with_name: true,
+        ..DriverOptions::default()
+    })
+    .await;
+    let mut controller = h.controller().await;
+    let volume = controller
+        .create_volume(create_request("pvc-lost", GIB))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert!(
+        volume.volume_id.starts_with("vol-") && volume.volume_id.ends_with("-pvc-lost"),
+        "{}",
+        volume.volume_id
+    );
+
+    h.control.lose_volume(&volume.volume_id).await.unwrap();
+    let listed = controller
+        .list_volumes(v1::ListVolumesRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(listed.entries.is_empty(), "{listed:?}");
+    let ledger = h.control.ledger().await.unwrap();
+    assert!(ledger.volumes.is_empty());
+    assert_eq!(ledger.operations_of("DeleteVolume").count(), 0);
+    assert_eq!(ledger.call_count("DeleteVolume"), 0);
+
+    // Losing what is not there is refused, and says which volume.
+    let err = h.control.lose_volume(&volume.volume_id).await.unwrap_err();
+    assert!(err.to_string().contains(&volume.volume_id), "{err}");
+}

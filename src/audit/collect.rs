@@ -1,0 +1,232 @@
+//! What the audit looks at, read through the same clients the sidecar uses:
+//! the driver (Identity, capabilities, `ListVolumes`) and the API server (lists
+//! of PersistentVolumes and claims). Nothing here writes: the only calls are
+//! reads, which is what makes the audit read-only by construction.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::api::{ListParams, ObjectList};
+use kube::{Api, Client};
+use serde::de::DeserializeOwned;
+
+use super::args::AuditConfig;
+use crate::csi::{ConnectError, CsiClient, DriverCapabilities, pb, with_sources};
+use crate::metrics::Metrics;
+
+/// Objects per page of a list from the API server.
+const PAGE: u32 = 500;
+/// Volumes per page asked of the driver (it may return fewer).
+const VOLUMES_PAGE: i32 = 500;
+/// A listing the driver refuses with `ABORTED` (its volumes changed between
+/// pages, so a token went stale) is started again this many times.
+const LIST_ATTEMPTS: u32 = 3;
+
+/// Why the audit could not be made. Each is one line.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    #[error("CSI driver probe failed: {0}")]
+    Probe(tonic::Status),
+    #[error("CSI driver is not ready (Probe answered ready=false)")]
+    NotReady,
+    #[error("error getting CSI driver name: {0}")]
+    PluginInfo(tonic::Status),
+    #[error("CSI driver returned an empty name")]
+    EmptyDriverName,
+    #[error("error getting CSI driver capabilities: {0}")]
+    Capabilities(tonic::Status),
+    #[error("ListVolumes failed: {0}")]
+    ListVolumes(tonic::Status),
+    #[error("ListVolumes returned the page token {0:?} twice; the listing would never end")]
+    ListVolumesLoop(String),
+    #[error("{0}")]
+    KubeConfig(String),
+    #[error("failed to list {what}: {}", with_sources(source))]
+    List {
+        what: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// The volumes the driver holds, when it can say.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Backend {
+    /// Every volume `ListVolumes` returned, by volume ID.
+    Listed(BTreeMap<String, pb::Volume>),
+    /// The driver has no `LIST_VOLUMES` capability.
+    Unlisted,
+}
+
+/// One look at both sides. The PersistentVolumes are listed twice, before and
+/// after `ListVolumes`, so that a PersistentVolume that existed at any moment
+/// of the listing is seen (a volume is an orphan only if no PersistentVolume
+/// pointed to it in either list), and one that existed throughout it is
+/// known (only such a PersistentVolume can be said to have lost its volume).
+#[derive(Clone, Debug)]
+pub struct Inventory {
+    pub driver: String,
+    pub backend: Backend,
+    /// The driver's PersistentVolumes (`spec.csi.driver` = its name), listed before `ListVolumes`.
+    pub volumes_before: Vec<PersistentVolume>,
+    /// The same, listed after `ListVolumes`.
+    pub volumes_after: Vec<PersistentVolume>,
+    /// Every claim in the cluster, listed last.
+    pub claims: Vec<PersistentVolumeClaim>,
+}
+
+/// The driver and the API server, connected.
+pub struct Sources {
+    csi: CsiClient,
+    client: Client,
+    driver: String,
+    capabilities: DriverCapabilities,
+}
+
+impl Sources {
+    /// Connects to the driver (retrying for `--timeout`), checks it is ready,
+    /// reads its name and capabilities, and builds the Kubernetes client.
+    pub async fn connect(cfg: &AuditConfig) -> Result<Sources, AuditError> {
+        let metrics = Arc::new(Metrics::unregistered());
+        let mut csi =
+            CsiClient::connect(&cfg.csi_socket, cfg.timeout, cfg.timeout, metrics).await?;
+        let probe = csi.probe().await.map_err(AuditError::Probe)?;
+        if !probe.ready.unwrap_or(true) {
+            return Err(AuditError::NotReady);
+        }
+        let info = csi
+            .get_plugin_info()
+            .await
+            .map_err(AuditError::PluginInfo)?;
+        if info.name.is_empty() {
+            return Err(AuditError::EmptyDriverName);
+        }
+        csi.set_driver_name(&info.name);
+        let plugin = csi
+            .get_plugin_capabilities()
+            .await
+            .map_err(AuditError::Capabilities)?;
+        let controller = if DriverCapabilities::from_responses(&plugin, None).controller_service {
+            Some(
+                csi.controller_get_capabilities()
+                    .await
+                    .map_err(AuditError::Capabilities)?,
+            )
+        } else {
+            None
+        };
+        let capabilities = DriverCapabilities::from_responses(&plugin, controller.as_ref());
+        let client =
+            crate::run::kube_client_for(cfg.kubeconfig.as_deref(), cfg.master.as_deref(), None)
+                .await
+                .map_err(|e| AuditError::KubeConfig(e.to_string()))?;
+        Ok(Sources {
+            csi,
+            client,
+            driver: info.name,
+            capabilities,
+        })
+    }
+
+    /// One look at both sides, in the order [`Inventory`] explains.
+    pub async fn inventory(&self) -> Result<Inventory, AuditError> {
+        let volumes_before = self.driver_volumes().await?;
+        let backend = if self.capabilities.list_volumes {
+            Backend::Listed(self.list_backend().await?)
+        } else {
+            Backend::Unlisted
+        };
+        let volumes_after = self.driver_volumes().await?;
+        let claims = list_all(
+            &Api::<PersistentVolumeClaim>::all(self.client.clone()),
+            "PersistentVolumeClaims",
+        )
+        .await?;
+        Ok(Inventory {
+            driver: self.driver.clone(),
+            backend,
+            volumes_before,
+            volumes_after,
+            claims,
+        })
+    }
+
+    async fn driver_volumes(&self) -> Result<Vec<PersistentVolume>, AuditError> {
+        let all = list_all(
+            &Api::<PersistentVolume>::all(self.client.clone()),
+            "PersistentVolumes",
+        )
+        .await?;
+        Ok(all
+            .into_iter()
+            .filter(|pv| csi_source(pv).is_some_and(|(driver, _)| driver == self.driver))
+            .collect())
+    }
+
+    /// Every page of `ListVolumes`.
+    async fn list_backend(&self) -> Result<BTreeMap<String, pb::Volume>, AuditError> {
+        let mut attempt = 1;
+        loop {
+            match self.list_backend_once().await {
+                Err(AuditError::ListVolumes(s))
+                    if s.code() == tonic::Code::Aborted && attempt < LIST_ATTEMPTS =>
+                {
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn list_backend_once(&self) -> Result<BTreeMap<String, pb::Volume>, AuditError> {
+        let mut volumes = BTreeMap::new();
+        let mut token = String::new();
+        let mut seen_tokens = std::collections::HashSet::new();
+        loop {
+            let page = self
+                .csi
+                .list_volumes(VOLUMES_PAGE, token)
+                .await
+                .map_err(AuditError::ListVolumes)?;
+            for volume in page.entries.into_iter().filter_map(|e| e.volume) {
+                volumes.insert(volume.volume_id.clone(), volume);
+            }
+            if page.next_token.is_empty() {
+                return Ok(volumes);
+            }
+            if !seen_tokens.insert(page.next_token.clone()) {
+                return Err(AuditError::ListVolumesLoop(page.next_token));
+            }
+            token = page.next_token;
+        }
+    }
+}
+
+/// The CSI driver and volume handle of a PersistentVolume, if it is a CSI one.
+pub fn csi_source(pv: &PersistentVolume) -> Option<(&str, &str)> {
+    let csi = pv.spec.as_ref()?.csi.as_ref()?;
+    Some((csi.driver.as_str(), csi.volume_handle.as_str()))
+}
+
+/// Every object of a kind, page by page.
+async fn list_all<K>(api: &Api<K>, what: &'static str) -> Result<Vec<K>, AuditError>
+where
+    K: Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut items = Vec::new();
+    let mut params = ListParams::default().limit(PAGE);
+    loop {
+        let page: ObjectList<K> = api
+            .list(&params)
+            .await
+            .map_err(|source| AuditError::List { what, source })?;
+        items.extend(page.items);
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(next) => params = params.continue_token(&next),
+            None => return Ok(items),
+        }
+    }
+}
