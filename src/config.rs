@@ -88,6 +88,13 @@ const AFTER_LONG_HELP: &str = "\
 Environment:
   KUBECONFIG       kubeconfig to use; takes precedence over --kubeconfig
   POD_NAMESPACE    namespace of the leader-election Lease when --leader-election-namespace is empty
+  NAMESPACE        namespace of the CSIStorageCapacity objects (--enable-capacity)
+  POD_NAME         the pod that owns them (--capacity-ownerref-level >= 0)
+
+Commands for the operator (each has its own --help):
+  csi-provisioner check --csi-address=...   check a driver against what a provisioner relies on
+  csi-provisioner audit --csi-address=...   compare the driver's volumes with the PersistentVolumes
+                                            (read-only)
 
 Exit status: 0 after SIGTERM or SIGINT, --help or --version; 1 when the sidecar cannot start or
 stops on an error (the reason is the last line on stderr); 2 when a flag cannot be parsed.";

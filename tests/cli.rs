@@ -383,7 +383,14 @@ fn help_says_what_the_program_is_then_groups_the_flags() {
     }
     let help = String::from_utf8_lossy(&run(&["--help"]).stdout).into_owned();
     // The long form says more: where it runs, the environment, the exit codes.
-    for needed in ["sidecar", "KUBECONFIG", "POD_NAMESPACE", "Exit status"] {
+    for needed in [
+        "sidecar",
+        "KUBECONFIG",
+        "POD_NAMESPACE",
+        "Exit status",
+        "csi-provisioner check",
+        "csi-provisioner audit",
+    ] {
         assert!(help.contains(needed), "{needed:?} missing:\n{help}");
     }
     // A default is shown where it says something, as Go's flag package does.
