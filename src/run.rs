@@ -139,6 +139,7 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
                 }
             };
             let cap_client = kube_client(&cfg, layer).await?;
+            capacity::probe(&cap_client, &cap.namespace).await?;
             let owner = match &cap.owner {
                 None => None,
                 Some(o) => Some(capacity::owner(&cap_client, &cap.namespace, o).await?),

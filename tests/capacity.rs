@@ -17,7 +17,7 @@ use support::{
     DEADLINE, Rig, StorageClassFixture, free_address, get, unique_name, wait_for, wait_serving,
 };
 
-const ZONE: &str = "topology.test.example.com/zone";
+const ZONE: &str = "topology.capacity.example.com/zone";
 const GI: i64 = 1 << 30;
 
 /// What one object says: (class, zone, capacity as written).

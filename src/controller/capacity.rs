@@ -37,7 +37,7 @@ use tracing::{debug, info, warn};
 use super::Context;
 use crate::capacity::{self, Answer, Change, Item};
 use crate::config::{CapacityConfig, CapacityOwner};
-use crate::kube::{api_message, is_not_found};
+use crate::kube::{api_message, is_invalid, is_not_found};
 
 /// Upstream's gauges (ALPHA), registered only with `--enable-capacity`.
 #[derive(Clone, Default)]
@@ -72,12 +72,41 @@ impl Gauges {
 /// Why capacity tracking cannot start (fatal, as upstream).
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    #[error(
+        "--enable-capacity: the API server does not serve storage.k8s.io/v1 CSIStorageCapacity (Kubernetes before 1.24; v1beta1 is not supported by this csi-provisioner)"
+    )]
+    NotServed,
+    #[error("--enable-capacity: probing for storage.k8s.io/v1 CSIStorageCapacity in {namespace}: {message}")]
+    Probe { namespace: String, message: String },
     #[error("look up owner(s) of pod {namespace}/{pod}: {message}")]
     Owner {
         namespace: String,
         pod: String,
         message: String,
     },
+}
+
+/// Whether the API server serves `storage.k8s.io/v1` CSIStorageCapacity, asked
+/// as upstream asks it: creating an object whose name is invalid is refused as
+/// invalid (422) where the kind is served, as not found (404) where it is not;
+/// nothing is ever created.
+pub async fn probe(client: &Client, namespace: &str) -> Result<(), StartError> {
+    let mut object = CSIStorageCapacity::default();
+    object.metadata.name = Some("#%123-invalid-name".into());
+    object.storage_class_name = "probe".into();
+    let err = |message: String| StartError::Probe {
+        namespace: namespace.to_string(),
+        message,
+    };
+    match Api::<CSIStorageCapacity>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &object)
+        .await
+    {
+        Err(e) if is_invalid(&e) => Ok(()),
+        Err(e) if is_not_found(&e) => Err(StartError::NotServed),
+        Err(e) => Err(err(api_message(&e))),
+        Ok(_) => Err(err("an object with an invalid name was accepted".into())),
+    }
 }
 
 /// The owner the objects get (`--capacity-ownerref-level`, `POD_NAME`): the
