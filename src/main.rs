@@ -50,19 +50,8 @@ fn main() -> ExitCode {
         split_stream: cfg.logging.split_stream,
     });
 
-    // One thread: the sidecar waits on the network almost all the time, and
-    // a single-threaded runtime spends no CPU on cross-thread wake-ups and
-    // keeps one allocator arena (the benchmark measured about a quarter less
-    // CPU per volume than with the multi-threaded runtime).
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            console::err(&format!("failed to start the async runtime: {e}\n"));
-            return ExitCode::from(1);
-        }
+    let Some(runtime) = csi_provisioner::run::runtime() else {
+        return ExitCode::from(1);
     };
     let code = runtime.block_on(async {
         let stop = CancellationToken::new();

@@ -18,24 +18,28 @@ use support::{DEADLINE, Rig, Snapshotter, TestNamespace, dynamic, wait_for};
 
 const GATE: &str = "--feature-gates=CrossNamespaceVolumeDataSource=true";
 
-/// A claim of namespace `namespace` whose `dataSourceRef` names `kind` `name` in `source_ns`.
-fn claim_from(
+/// Creates claim `name` in namespace `team`, its `dataSourceRef` naming `kind` `source` in
+/// `source_ns`.
+async fn create_claim_from(
     rig: &Rig,
-    namespace: &str,
+    team: &TestNamespace,
     name: &str,
     (group, kind): (Option<&str>, &str),
     source_ns: &str,
     source: &str,
-) -> PersistentVolumeClaim {
+) {
     let mut claim = rig.claim(name).size("2Gi").build();
-    claim.metadata.namespace = Some(namespace.into());
+    claim.metadata.namespace = Some(team.name.clone());
     claim.spec.as_mut().unwrap().data_source_ref = Some(TypedObjectReference {
         api_group: group.map(String::from),
         kind: kind.into(),
         name: source.into(),
         namespace: Some(source_ns.into()),
     });
-    claim
+    team.api::<PersistentVolumeClaim>()
+        .create(&PostParams::default(), &claim)
+        .await
+        .unwrap_or_else(|e| panic!("creating claim {name}: {e}"));
 }
 
 /// A ReferenceGrant in `namespace` letting claims of `from` use every `kind` of `group` there.
@@ -63,7 +67,8 @@ async fn grant(rig: &Rig, namespace: &str, from: &str, (group, kind): (&str, &st
 }
 
 /// Waits until claim `namespace/name` is Bound; returns its volume's name.
-async fn wait_bound_in(claims: &Api<PersistentVolumeClaim>, name: &str) -> String {
+async fn wait_bound_in(team: &TestNamespace, name: &str) -> String {
+    let claims: Api<PersistentVolumeClaim> = team.api();
     wait_for(&format!("claim {name} to be Bound"), DEADLINE, || async {
         let claim = claims.get(name).await.expect("reading the claim");
         let status = claim.status.clone().unwrap_or_default();
@@ -95,22 +100,8 @@ async fn a_snapshot_of_another_namespace_is_restored_once_a_grant_allows_it() {
     let creates_before = rig.ledger().await.call_count("CreateVolume");
 
     let team = TestNamespace::create(&rig.client, "xns-team").await;
-    let claims: Api<PersistentVolumeClaim> = team.api();
     let snapshot_kind = (Some(keys::SNAPSHOT_API_GROUP), keys::SNAPSHOT_KIND);
-    claims
-        .create(
-            &PostParams::default(),
-            &claim_from(
-                &rig,
-                &team.name,
-                "restored",
-                snapshot_kind,
-                &rig.ns.name,
-                "snap",
-            ),
-        )
-        .await
-        .expect("creating the restore claim");
+    create_claim_from(&rig, &team, "restored", snapshot_kind, &rig.ns.name, "snap").await;
 
     // No grant: upstream's words, and the driver is not asked.
     let refused = format!(
@@ -142,7 +133,7 @@ async fn a_snapshot_of_another_namespace_is_restored_once_a_grant_allows_it() {
         (keys::SNAPSHOT_API_GROUP, keys::SNAPSHOT_KIND),
     )
     .await;
-    let pv = wait_bound_in(&claims, "restored").await;
+    let pv = wait_bound_in(&team, "restored").await;
     let ledger = rig.ledger().await;
     let volume = ledger.volume_by_name(&pv).expect("the restored volume");
     assert_eq!(
@@ -203,21 +194,15 @@ async fn a_claim_of_another_namespace_is_cloned_and_outlives_the_pending_clone()
         .set_fault("CreateVolume", Fault::Hang)
         .await
         .unwrap();
-    let claims: Api<PersistentVolumeClaim> = team.api();
-    claims
-        .create(
-            &PostParams::default(),
-            &claim_from(
-                &rig,
-                &team.name,
-                "copy",
-                (None, keys::CLAIM_KIND),
-                &rig.ns.name,
-                "source",
-            ),
-        )
-        .await
-        .expect("creating the clone");
+    create_claim_from(
+        &rig,
+        &team,
+        "copy",
+        (None, keys::CLAIM_KIND),
+        &rig.ns.name,
+        "source",
+    )
+    .await;
     rig.control
         .wait_for_hung("CreateVolume", 1, DEADLINE)
         .await
@@ -236,7 +221,7 @@ async fn a_claim_of_another_namespace_is_cloned_and_outlives_the_pending_clone()
 
     rig.control.release("CreateVolume").await.unwrap();
     rig.control.clear_faults().await.unwrap();
-    let pv = wait_bound_in(&claims, "copy").await;
+    let pv = wait_bound_in(&team, "copy").await;
     let ledger = rig.ledger().await;
     let volume = ledger.volume_by_name(&pv).expect("the clone's volume");
     assert_eq!(
@@ -260,20 +245,15 @@ async fn with_the_gate_off_a_source_in_another_namespace_is_refused_as_upstream_
         .await;
     let team = TestNamespace::create(&rig.client, "xns-team").await;
     grant(&rig, &rig.ns.name, &team.name, ("", keys::CLAIM_KIND)).await;
-    team.api::<PersistentVolumeClaim>()
-        .create(
-            &PostParams::default(),
-            &claim_from(
-                &rig,
-                &team.name,
-                "copy",
-                (None, keys::CLAIM_KIND),
-                &rig.ns.name,
-                "source",
-            ),
-        )
-        .await
-        .expect("creating the claim");
+    create_claim_from(
+        &rig,
+        &team,
+        "copy",
+        (None, keys::CLAIM_KIND),
+        &rig.ns.name,
+        "source",
+    )
+    .await;
     rig.wait_event(
         &team.name,
         "copy",

@@ -32,12 +32,8 @@ pub enum AuditError {
     Probe(tonic::Status),
     #[error("CSI driver is not ready (Probe answered ready=false)")]
     NotReady,
-    #[error("error getting CSI driver name: {0}")]
-    PluginInfo(tonic::Status),
-    #[error("CSI driver returned an empty name")]
-    EmptyDriverName,
-    #[error("error getting CSI driver capabilities: {0}")]
-    Capabilities(tonic::Status),
+    #[error(transparent)]
+    Identify(#[from] crate::csi::IdentifyError),
     #[error("ListVolumes failed: {0}")]
     ListVolumes(tonic::Status),
     #[error("ListVolumes returned the page token {0:?} twice; the listing would never end")]
@@ -97,28 +93,7 @@ impl Sources {
         if !probe.ready.unwrap_or(true) {
             return Err(AuditError::NotReady);
         }
-        let info = csi
-            .get_plugin_info()
-            .await
-            .map_err(AuditError::PluginInfo)?;
-        if info.name.is_empty() {
-            return Err(AuditError::EmptyDriverName);
-        }
-        csi.set_driver_name(&info.name);
-        let plugin = csi
-            .get_plugin_capabilities()
-            .await
-            .map_err(AuditError::Capabilities)?;
-        let controller = if DriverCapabilities::from_responses(&plugin, None).controller_service {
-            Some(
-                csi.controller_get_capabilities()
-                    .await
-                    .map_err(AuditError::Capabilities)?,
-            )
-        } else {
-            None
-        };
-        let capabilities = DriverCapabilities::from_responses(&plugin, controller.as_ref());
+        let (info, capabilities) = csi.identify().await?;
         let client =
             crate::run::kube_client_for(cfg.kubeconfig.as_deref(), cfg.master.as_deref(), None)
                 .await

@@ -49,15 +49,8 @@ pub fn main(argv: Vec<String>) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            console::err(&format!("failed to start the async runtime: {e}\n"));
-            return ExitCode::from(EXIT_ERROR);
-        }
+    let Some(runtime) = crate::run::runtime() else {
+        return ExitCode::from(EXIT_ERROR);
     };
     let report = runtime.block_on(run(&cfg));
     let report = match report {

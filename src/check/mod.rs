@@ -51,15 +51,8 @@ pub fn main(argv: Vec<String>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            console::err(&format!("failed to start the async runtime: {e}\n"));
-            return ExitCode::from(1);
-        }
+    let Some(runtime) = crate::run::runtime() else {
+        return ExitCode::from(1);
     };
     let result = runtime.block_on(run(&plan));
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));

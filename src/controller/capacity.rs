@@ -76,7 +76,9 @@ pub enum StartError {
         "--enable-capacity: the API server does not serve storage.k8s.io/v1 CSIStorageCapacity (Kubernetes before 1.24; v1beta1 is not supported by this csi-provisioner)"
     )]
     NotServed,
-    #[error("--enable-capacity: probing for storage.k8s.io/v1 CSIStorageCapacity in {namespace}: {message}")]
+    #[error(
+        "--enable-capacity: probing for storage.k8s.io/v1 CSIStorageCapacity in {namespace}: {message}"
+    )]
     Probe { namespace: String, message: String },
     #[error("look up owner(s) of pod {namespace}/{pod}: {message}")]
     Owner {

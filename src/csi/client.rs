@@ -16,6 +16,17 @@ use super::pb;
 use super::socket_access::{PermissionDenied, io_error_kind};
 use crate::metrics::{CsiOperationLabels, Metrics};
 
+/// Why [`CsiClient::identify`] failed (upstream's texts).
+#[derive(Debug, thiserror::Error)]
+pub enum IdentifyError {
+    #[error("error getting CSI driver name: {0}")]
+    PluginInfo(Status),
+    #[error("CSI driver returned an empty name")]
+    EmptyDriverName,
+    #[error("error getting CSI driver capabilities: {0}")]
+    Capabilities(Status),
+}
+
 /// What the driver told us it can do, read once at start-up.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DriverCapabilities {
@@ -329,6 +340,37 @@ impl CsiClient {
     /// Probes until the driver says it is ready (upstream ProbeForever): absent
     /// `ready` means ready; `ready=false` and timeouts are retried every second;
     /// any other error is returned (the caller exits).
+    /// The driver's name (`GetPluginInfo`, also used from now on in the
+    /// metrics) and its capabilities: what every user of a driver asks
+    /// first, after `Probe`.
+    pub async fn identify(
+        &mut self,
+    ) -> Result<(pb::GetPluginInfoResponse, DriverCapabilities), IdentifyError> {
+        let info = self
+            .get_plugin_info()
+            .await
+            .map_err(IdentifyError::PluginInfo)?;
+        if info.name.is_empty() {
+            return Err(IdentifyError::EmptyDriverName);
+        }
+        self.set_driver_name(&info.name);
+        let plugin = self
+            .get_plugin_capabilities()
+            .await
+            .map_err(IdentifyError::Capabilities)?;
+        let controller = if DriverCapabilities::from_responses(&plugin, None).controller_service {
+            Some(
+                self.controller_get_capabilities()
+                    .await
+                    .map_err(IdentifyError::Capabilities)?,
+            )
+        } else {
+            None
+        };
+        let capabilities = DriverCapabilities::from_responses(&plugin, controller.as_ref());
+        Ok((info, capabilities))
+    }
+
     /// `GetCapacity` for a class's parameters in a topology segment (`None`:
     /// the driver has no topology), as the capacity tracker asks it.
     pub async fn get_capacity(

@@ -6,6 +6,8 @@ mod client;
 mod errors;
 pub mod socket_access;
 
-pub use client::{ConnectError, CsiClient, DriverCapabilities, code_name, with_sources};
+pub use client::{
+    ConnectError, CsiClient, DriverCapabilities, IdentifyError, code_name, with_sources,
+};
 pub use csi_proto::v1 as pb;
 pub use errors::{CsiErrorClass, classify};
