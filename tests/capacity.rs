@@ -258,3 +258,99 @@ async fn capacity_starts_only_with_an_owner_it_can_find() {
     );
     rig.cleanup().await;
 }
+
+/// What a sidecar's capacity objects look like, with run-specific names taken out.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    /// (class, zone, capacity) after start-up, and after a 1Gi volume in zone-a.
+    first: Vec<Row>,
+    after_volume: Vec<Row>,
+    /// Labels (the driver's name replaced), generateName, owner kinds, topology keys,
+    /// maximumVolumeSize, per object.
+    shape: Vec<String>,
+}
+
+async fn capacity_of(upstream: bool) -> Seen {
+    let cluster = support::cluster().await;
+    let mut builder = Rig::builder("capacity-sbs")
+        .driver(|d| {
+            d.topology = Some((ZONE.to_string(), "zone-a".to_string()));
+            d.capacity_bytes = Some(10 * GI);
+        })
+        .class(|c| c.binding_mode("WaitForFirstConsumer"))
+        .sidecar_args(&[
+            "--enable-capacity",
+            "--capacity-ownerref-level=0",
+            "--capacity-poll-interval=1h",
+        ])
+        .without_sidecar();
+    if upstream {
+        // Upstream's informers need more than our RBAC grants: run it as the admin.
+        builder = builder
+            .sidecar_binary(support::testbed_bin("csi-provisioner-upstream"))
+            .kubeconfig(cluster.kubeconfig.clone());
+    }
+    let mut rig = builder.start().await;
+    let node_a = rig.node_in_zone(ZONE, "zone-a").await;
+    let node_b = rig.node_in_zone(ZONE, "zone-b").await;
+    let pod = own_pod(&rig).await;
+    rig.env = vec![
+        ("NAMESPACE".into(), rig.ns.name.clone()),
+        ("POD_NAME".into(), pod.name_any()),
+    ];
+    rig.start_sidecar();
+    let class = rig.class.clone();
+    let normal = |rows: Vec<Row>| -> Vec<Row> {
+        rows.into_iter()
+            .map(|(c, z, q)| (c.replace(&class, "CLASS"), z, q))
+            .collect()
+    };
+    let first = wait_rows(&rig, &[(&class, "zone-a", "10Gi"), (&class, "zone-b", "0")]).await;
+    let shape = first
+        .iter()
+        .map(|o| {
+            let labels: BTreeMap<String, String> = o
+                .labels()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.replace(&rig.driver_name, "DRIVER")))
+                .collect();
+            let owners: Vec<(String, Option<bool>)> = o
+                .owner_references()
+                .iter()
+                .map(|r| (r.kind.clone(), r.controller))
+                .collect();
+            let keys: Vec<String> = o
+                .node_topology
+                .clone()
+                .and_then(|t| t.match_labels)
+                .unwrap_or_default()
+                .into_keys()
+                .collect();
+            format!(
+                "labels={labels:?} generateName={:?} owners={owners:?} keys={keys:?} max={:?}",
+                o.metadata.generate_name, o.maximum_volume_size
+            )
+        })
+        .collect();
+    rig.create_claim(rig.claim("data").size("1Gi").selected_node(&node_a))
+        .await;
+    rig.wait_bound("data").await;
+    let after = wait_rows(&rig, &[(&class, "zone-a", "9Gi"), (&class, "zone-b", "0")]).await;
+    let seen = Seen {
+        first: normal(rows(&first)),
+        after_volume: normal(rows(&after)),
+        shape,
+    };
+    rig.remove_node(&node_a).await;
+    rig.remove_node(&node_b).await;
+    rig.cleanup().await;
+    seen
+}
+
+/// The same objects as the upstream sidecar (v6.3) makes, on the same scenario.
+#[tokio::test]
+async fn capacity_objects_are_upstreams() {
+    let upstream = capacity_of(true).await;
+    let ours = capacity_of(false).await;
+    assert_eq!(ours, upstream);
+}
