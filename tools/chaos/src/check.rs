@@ -404,14 +404,15 @@ fn check_data_sources(s: &Snapshot) -> Vec<InvariantResult> {
             ));
         }
     }
-    for c in &s.claims {
+    // Upstream's cloning protection stays on a source claim until its deletion begins (only
+    // then is it looked at): left behind is a claim being deleted that keeps it.
+    for c in s.claims.iter().filter(|c| c.deleting) {
         if c.finalizers.iter().any(|f| f == CLONE_SOURCE_FINALIZER)
             && !pending_sources.contains(&(CLAIM_KIND, c.name.as_str()))
         {
             released.push(format!(
-                "claim {}{} keeps {CLONE_SOURCE_FINALIZER}; no pending claim clones it",
+                "claim {} (being deleted) keeps {CLONE_SOURCE_FINALIZER}; no pending claim clones it",
                 c.name,
-                if c.deleting { " (being deleted)" } else { "" }
             ));
         }
     }
@@ -864,6 +865,9 @@ mod tests {
     fn a_protection_no_pending_claim_needs_is_left_behind() {
         let mut w = restore_and_clone().volume_snapshot("old", &[SNAPSHOT_SOURCE_FINALIZER]);
         w.0.claims[0].finalizers.push(CLONE_SOURCE_FINALIZER.into());
+        // A source claim keeps its cloning protection until its deletion begins.
+        assert_eq!(w.violations(), BTreeMap::from([(SOURCES_RELEASED, 1)]));
+        w.0.claims[0].deleting = true;
         assert_eq!(w.violations(), BTreeMap::from([(SOURCES_RELEASED, 2)]));
         // A claim still waiting for them keeps both protections rightly.
         for (kind, source) in [(SNAPSHOT_KIND, "old"), (CLAIM_KIND, "a")] {

@@ -373,6 +373,9 @@ impl World {
             "--retry-interval-start=500ms".into(),
             "--retry-interval-max=5s".into(),
             "--worker-threads=10".into(),
+            // A protection left on a VolumeSnapshot (a release that failed under faults) is
+            // swept within a settle phase, not after upstream's default 5m.
+            "--snapshot-orphan-sweep-interval=10s".into(),
             "--kube-api-qps=100".into(),
             "--kube-api-burst=200".into(),
             format!(
