@@ -675,12 +675,7 @@ mod tests {
 
         /// Makes the last claim a restore or a clone of `source` whose volume was made from
         /// `made_from` (and says so in its `CreateVolume` record).
-        fn from_source(
-            mut self,
-            kind: SourceKind,
-            source: &str,
-            made_from: ContentSource,
-        ) -> World {
+        fn made_from(mut self, kind: SourceKind, source: &str, made_from: ContentSource) -> World {
             let created = self.0.created.last_mut().expect("a claim");
             created.source = Some(DataSource {
                 kind,
@@ -851,9 +846,9 @@ mod tests {
             .volume_snapshot("s", &[])
             .backend_snapshot("s", "snap-1")
             .bound("r")
-            .from_source(SourceKind::Snapshot, "s", snapshot_source("snap-1"))
+            .made_from(SourceKind::Snapshot, "s", snapshot_source("snap-1"))
             .bound("k")
-            .from_source(SourceKind::Claim, "a", volume_source("vol-a"))
+            .made_from(SourceKind::Claim, "a", volume_source("vol-a"))
     }
 
     #[test]
@@ -907,7 +902,7 @@ mod tests {
         let w = World::default()
             .volume_snapshot("s", &[])
             .bound("r")
-            .from_source(SourceKind::Snapshot, "s", snapshot_source("snap-9"));
+            .made_from(SourceKind::Snapshot, "s", snapshot_source("snap-9"));
         assert_eq!(
             w.violations(),
             BTreeMap::from([(NO_RESTORE_FROM_DELETED, 1), (MADE_FROM_SOURCE, 1)])
@@ -932,9 +927,9 @@ mod tests {
             .volume_snapshot("s", &[])
             .backend_snapshot("s", "snap-1")
             .bound("r")
-            .from_source(SourceKind::Snapshot, "s", snapshot_source("snap-1"))
+            .made_from(SourceKind::Snapshot, "s", snapshot_source("snap-1"))
             .bound("k")
-            .from_source(SourceKind::Claim, "a", volume_source("vol-r"));
+            .made_from(SourceKind::Claim, "a", volume_source("vol-r"));
         w.0.ledger.volumes.get_mut("vol-r").unwrap().content_source = None;
         // A plain claim whose volume says it came from a snapshot.
         w.0.ledger.volumes.get_mut("vol-a").unwrap().content_source =
