@@ -324,10 +324,34 @@ pub fn check(s: &Snapshot) -> Vec<InvariantResult> {
         }
     }
 
+    // A deleted clone source that a pending clone still names keeps its cloning protection
+    // (and so its PV) by design; the clone is refused while its source is being deleted, as
+    // upstream refuses it, until the clone goes too. Whether the protection is released once
+    // no clone waits is the data-source rows' business.
+    let clone_pending_for: HashSet<&str> = s
+        .claims
+        .iter()
+        .filter(|c| c.phase != "Bound")
+        .filter_map(|c| c.data_source.as_ref())
+        .filter(|(kind, _)| kind == CLAIM_KIND)
+        .map(|(_, name)| name.as_str())
+        .collect();
+    let held: HashSet<&str> = s
+        .claims
+        .iter()
+        .filter(|c| {
+            c.deleting
+                && c.finalizers.iter().any(|f| f == CLONE_SOURCE_FINALIZER)
+                && clone_pending_for.contains(c.name.as_str())
+        })
+        .map(|c| c.uid.as_str())
+        .collect();
+
     let deleted_gone = s
         .created
         .iter()
         .filter(|c| c.deleted && live.contains_key(c.uid.as_str()))
+        .filter(|c| !held.contains(c.uid.as_str()))
         .map(|c| format!("{}: still present after deletion", c.name))
         .collect();
 
@@ -335,9 +359,9 @@ pub fn check(s: &Snapshot) -> Vec<InvariantResult> {
         .volumes
         .iter()
         .filter(|v| {
-            !v.claim_uid
-                .as_deref()
-                .is_some_and(|u| wanted.contains_key(u) && live.contains_key(u))
+            !v.claim_uid.as_deref().is_some_and(|u| {
+                (wanted.contains_key(u) && live.contains_key(u)) || held.contains(u)
+            })
         })
         .map(|v| {
             format!(
@@ -963,6 +987,41 @@ mod tests {
         });
         assert_eq!(w.violations(), BTreeMap::from([(SETTLED, 1)]));
         w.0.created[0].source.as_mut().unwrap().deleted = true;
+        assert_eq!(w.violations(), BTreeMap::new());
+    }
+
+    #[test]
+    fn a_deleted_clone_source_held_by_a_pending_clone_is_not_stuck() {
+        let mut w = World::default().bound("a");
+        w.0.created[0].deleted = true;
+        w.0.claims[0].deleting = true;
+        w.0.claims[0].finalizers.push(CLONE_SOURCE_FINALIZER.into());
+        // Nothing waits for it: stuck, its PV not reclaimed, and its protection left behind.
+        assert_eq!(
+            w.violations(),
+            BTreeMap::from([(DELETED_GONE, 1), (RECLAIMED, 1), (SOURCES_RELEASED, 1)])
+        );
+        // A clone of it still pending (refused while its source is being deleted) holds it.
+        w.0.created.push(CreatedClaim {
+            name: "k".into(),
+            uid: "u-k".into(),
+            deleted: false,
+            source: Some(DataSource {
+                kind: SourceKind::Claim,
+                name: "a".into(),
+                uid: "u-a".into(),
+                deleted: true,
+            }),
+        });
+        w.0.claims.push(ClaimState {
+            name: "k".into(),
+            uid: "u-k".into(),
+            phase: "Pending".into(),
+            volume_name: None,
+            deleting: false,
+            finalizers: Vec::new(),
+            data_source: Some((CLAIM_KIND.into(), "a".into())),
+        });
         assert_eq!(w.violations(), BTreeMap::new());
     }
 }
