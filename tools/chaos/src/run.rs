@@ -625,11 +625,15 @@ pub(crate) async fn teardown_check(
                     .iter()
                     .map(|v| format!("PV {} ({}) left", v.name, v.phase)),
             );
-            left.extend(
-                snap.claims
-                    .iter()
-                    .map(|c| format!("claim {} ({}) left", c.name, c.phase)),
-            );
+            left.extend(snap.claims.iter().map(|c| {
+                format!(
+                    "claim {} ({}{}) left, finalizers {:?}",
+                    c.name,
+                    c.phase,
+                    if c.deleting { ", being deleted" } else { "" },
+                    c.finalizers
+                )
+            }));
             left.extend(
                 snap.ledger
                     .snapshots
