@@ -46,4 +46,4 @@ bench-quick:
 # any violation. SCENARIO=issue-486|issue-1469|issue-1469-pv-gone replays a named upstream failure instead.
 #   make chaos CLAIMS=2000 DURATION=15m SEED=1 SIDECAR=ours
 chaos:
-	@CLAIMS=$(CLAIMS) DURATION=$(DURATION) RATE=$(RATE) SEED=$(SEED) SIDECAR=$(SIDECAR) SCENARIO=$(SCENARIO) bash scripts/chaos.sh
+	@CLAIMS=$(CLAIMS) DURATION=$(DURATION) RATE=$(RATE) SEED=$(SEED) SIDECAR=$(SIDECAR) SCENARIO=$(SCENARIO) RESTORES=$(RESTORES) CLONES=$(CLONES) bash scripts/chaos.sh

@@ -269,11 +269,13 @@ restart)
   log "starting kube-apiserver again on 127.0.0.1:$ap"
   restart_one kube-apiserver
   wait_for "kube-apiserver /readyz" 180 curl -fsS -k -H "Authorization: Bearer $admin_token" "https://127.0.0.1:$ap/readyz"
-  kcm=$(cat "$dir/kube-controller-manager.pid" 2>/dev/null || true)
-  if [ -n "$kcm" ] && ! alive "$kcm" && [ -f "$dir/kube-controller-manager.cmd" ]; then
-    log "kube-controller-manager exited meanwhile; starting it again"
-    restart_one kube-controller-manager
-  fi
+  for n in kube-controller-manager snapshot-controller; do
+    p=$(cat "$dir/$n.pid" 2>/dev/null || true)
+    if [ -n "$p" ] && ! alive "$p" && [ -f "$dir/$n.cmd" ]; then
+      log "$n exited meanwhile; starting it again"
+      restart_one "$n"
+    fi
+  done
   log "control plane restarted in $(( $(date +%s) - t0 ))s (state in $dir)"
   ;;
 env)

@@ -1,10 +1,28 @@
 //! The invariant checker: the driver's ledger (ground truth of what exists on the backend)
 //! against the Kubernetes API (what the cluster believes), after the faults stopped and the
 //! system settled. Pure: it judges a [`Snapshot`]; gathering one is the runner's job.
+//! Restores and clones are judged the same way: from the ledger (which snapshot or volume
+//! each `CreateVolume` asked for, and when sources were deleted) and from the objects'
+//! finalizers, never from what the sidecar says about itself.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use csi_test_driver::ledger::Ledger;
+use csi_test_driver::ledger::{ContentSource, Ledger};
+
+/// The provisioner's finalizer on a VolumeSnapshot a restore is using (ours and upstream's).
+pub const SNAPSHOT_SOURCE_FINALIZER: &str =
+    "provisioner.storage.kubernetes.io/volumesnapshot-as-source-protection";
+/// The provisioner's finalizer on a claim a clone is using (ours and upstream's).
+pub const CLONE_SOURCE_FINALIZER: &str = "provisioner.storage.kubernetes.io/cloning-protection";
+/// `dataSource.kind` of a restore and of a clone.
+pub const SNAPSHOT_KIND: &str = "VolumeSnapshot";
+pub const CLAIM_KIND: &str = "PersistentVolumeClaim";
+
+/// The name csi-snapshotter gives the backend snapshot of a VolumeSnapshot (its default
+/// `--snapshot-name-prefix`, then the VolumeSnapshot's UID).
+pub fn backend_snapshot_name(snapshot_uid: &str) -> String {
+    format!("snapshot-{snapshot_uid}")
+}
 
 /// A claim as the API server shows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -15,6 +33,39 @@ pub struct ClaimState {
     /// `spec.volumeName`.
     pub volume_name: Option<String>,
     pub deleting: bool,
+    pub finalizers: Vec<String>,
+    /// `spec.dataSourceRef` (or `spec.dataSource`): kind and name.
+    pub data_source: Option<(String, String)>,
+}
+
+/// A VolumeSnapshot as the API server shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SnapshotState {
+    pub name: String,
+    pub uid: String,
+    pub finalizers: Vec<String>,
+    pub deleting: bool,
+    pub ready: bool,
+}
+
+/// What the runner made a data-source claim from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceKind {
+    /// A restore from a VolumeSnapshot.
+    Snapshot,
+    /// A clone of a claim.
+    Claim,
+}
+
+/// The source of a data-source claim, as the runner created it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DataSource {
+    pub kind: SourceKind,
+    /// The VolumeSnapshot's or the source claim's name and UID.
+    pub name: String,
+    pub uid: String,
+    /// The runner asked for the source's deletion (the claim may then never be provisioned).
+    pub deleted: bool,
 }
 
 /// A PV of the driver under test as the API server shows it.
@@ -34,6 +85,8 @@ pub struct CreatedClaim {
     pub name: String,
     pub uid: String,
     pub deleted: bool,
+    /// Restores and clones: what the claim was made from.
+    pub source: Option<DataSource>,
 }
 
 /// Everything the checker looks at.
@@ -42,6 +95,8 @@ pub struct Snapshot {
     pub created: Vec<CreatedClaim>,
     pub claims: Vec<ClaimState>,
     pub volumes: Vec<VolumeState>,
+    /// The run's VolumeSnapshots.
+    pub snapshots: Vec<SnapshotState>,
     pub ledger: Ledger,
     /// Messages of Warning `ProvisioningFailed` events, by claim name.
     pub failures: HashMap<String, Vec<String>>,
@@ -62,6 +117,10 @@ pub const NO_DUPLICATE: &str = "no claim got two backend volumes";
 pub const SETTLED: &str = "every claim Bound or with a final error";
 pub const DELETED_GONE: &str = "deleted claims are gone";
 pub const RECLAIMED: &str = "PVs of deleted claims are reclaimed";
+pub const SOURCES_RELEASED: &str = "no source-protection finalizer left behind";
+pub const NO_RESTORE_FROM_DELETED: &str = "no restore from a deleted snapshot";
+pub const CLONE_SOURCE_KEPT: &str = "no clone source deleted before its clone";
+pub const MADE_FROM_SOURCE: &str = "bound claim's volume made from its own source";
 
 /// gRPC codes after which upstream (and we) stop retrying a claim: a `ProvisioningFailed`
 /// event carrying one of these, not caused by an injected fault, is a final error.
@@ -245,6 +304,9 @@ pub fn check(s: &Snapshot) -> Vec<InvariantResult> {
         match live.get(c.uid.as_str()) {
             None => settled.push(format!("{}: vanished without being deleted", c.name)),
             Some(state) if state.phase == "Bound" => {}
+            // Its source went before it was protected: upstream (and we) then refuse the
+            // claim for as long as the source is gone or being deleted.
+            Some(_) if c.source.as_ref().is_some_and(|src| src.deleted) => {}
             Some(state) => {
                 let failures = s.failures.get(&c.name).map(Vec::as_slice).unwrap_or(&[]);
                 if !has_final_error(failures) {
@@ -262,10 +324,34 @@ pub fn check(s: &Snapshot) -> Vec<InvariantResult> {
         }
     }
 
+    // A deleted clone source that a pending clone still names keeps its cloning protection
+    // (and so its PV) by design; the clone is refused while its source is being deleted, as
+    // upstream refuses it, until the clone goes too. Whether the protection is released once
+    // no clone waits is the data-source rows' business.
+    let clone_pending_for: HashSet<&str> = s
+        .claims
+        .iter()
+        .filter(|c| c.phase != "Bound")
+        .filter_map(|c| c.data_source.as_ref())
+        .filter(|(kind, _)| kind == CLAIM_KIND)
+        .map(|(_, name)| name.as_str())
+        .collect();
+    let held: HashSet<&str> = s
+        .claims
+        .iter()
+        .filter(|c| {
+            c.deleting
+                && c.finalizers.iter().any(|f| f == CLONE_SOURCE_FINALIZER)
+                && clone_pending_for.contains(c.name.as_str())
+        })
+        .map(|c| c.uid.as_str())
+        .collect();
+
     let deleted_gone = s
         .created
         .iter()
         .filter(|c| c.deleted && live.contains_key(c.uid.as_str()))
+        .filter(|c| !held.contains(c.uid.as_str()))
         .map(|c| format!("{}: still present after deletion", c.name))
         .collect();
 
@@ -273,9 +359,9 @@ pub fn check(s: &Snapshot) -> Vec<InvariantResult> {
         .volumes
         .iter()
         .filter(|v| {
-            !v.claim_uid
-                .as_deref()
-                .is_some_and(|u| wanted.contains_key(u) && live.contains_key(u))
+            !v.claim_uid.as_deref().is_some_and(|u| {
+                (wanted.contains_key(u) && live.contains_key(u)) || held.contains(u)
+            })
         })
         .map(|v| {
             format!(
@@ -285,7 +371,7 @@ pub fn check(s: &Snapshot) -> Vec<InvariantResult> {
         })
         .collect();
 
-    vec![
+    let mut results = vec![
         InvariantResult {
             name: BOUND_HAS_ITS_VOLUME,
             violations: bound,
@@ -314,6 +400,191 @@ pub fn check(s: &Snapshot) -> Vec<InvariantResult> {
             name: RECLAIMED,
             violations: reclaimed,
         },
+    ];
+    results.extend(check_data_sources(s));
+    results
+}
+
+/// The data-source rows: protections released, no source used after its deletion, every
+/// restored or cloned volume made from the source its claim names.
+fn check_data_sources(s: &Snapshot) -> Vec<InvariantResult> {
+    // A source a claim still waits for may keep its protection.
+    let pending_sources: HashSet<(&str, &str)> = s
+        .claims
+        .iter()
+        .filter(|c| c.phase != "Bound")
+        .filter_map(|c| c.data_source.as_ref())
+        .map(|(kind, name)| (kind.as_str(), name.as_str()))
+        .collect();
+    let mut released = Vec::new();
+    for vs in &s.snapshots {
+        if vs.finalizers.iter().any(|f| f == SNAPSHOT_SOURCE_FINALIZER)
+            && !pending_sources.contains(&(SNAPSHOT_KIND, vs.name.as_str()))
+        {
+            released.push(format!(
+                "VolumeSnapshot {}{} keeps {SNAPSHOT_SOURCE_FINALIZER}; no pending claim restores from it",
+                vs.name,
+                if vs.deleting { " (being deleted)" } else { "" }
+            ));
+        }
+    }
+    // Upstream's cloning protection stays on a source claim until its deletion begins (only
+    // then is it looked at): left behind is a claim being deleted that keeps it.
+    for c in s.claims.iter().filter(|c| c.deleting) {
+        if c.finalizers.iter().any(|f| f == CLONE_SOURCE_FINALIZER)
+            && !pending_sources.contains(&(CLAIM_KIND, c.name.as_str()))
+        {
+            released.push(format!(
+                "claim {} (being deleted) keeps {CLONE_SOURCE_FINALIZER}; no pending claim clones it",
+                c.name,
+            ));
+        }
+    }
+
+    // The ledger is appended under the driver's lock: its order is the backend's order.
+    let t0 = s.ledger.operations.first().map(|op| op.at_ms).unwrap_or(0);
+    let mut snapshots_made: HashSet<&str> = HashSet::new();
+    let mut snapshots_gone: HashMap<&str, u64> = HashMap::new();
+    let mut volumes_made: HashSet<&str> = HashSet::new();
+    let mut volumes_gone: HashMap<&str, u64> = HashMap::new();
+    let mut restores = Vec::new();
+    let mut clones = Vec::new();
+    for op in &s.ledger.operations {
+        let id = op.volume_id.as_deref().unwrap_or("");
+        let name = op.name.as_deref().unwrap_or("");
+        match op.method.as_str() {
+            "CreateSnapshot" if op.created => {
+                snapshots_made.insert(id);
+            }
+            "DeleteSnapshot" if op.deleted => {
+                snapshots_gone.entry(id).or_insert(op.at_ms);
+            }
+            "DeleteVolume" if op.deleted => {
+                volumes_gone.entry(id).or_insert(op.at_ms);
+            }
+            "CreateVolume" => {
+                if op.created {
+                    volumes_made.insert(id);
+                }
+                let at = op.at_ms.saturating_sub(t0);
+                match &op.content_source {
+                    Some(ContentSource::Snapshot { snapshot_id }) => {
+                        if let Some(gone) = snapshots_gone.get(snapshot_id.as_str()) {
+                            restores.push(format!(
+                                "CreateVolume {name}{} ({:?}) at +{at}ms asked for snapshot {snapshot_id}, deleted at +{}ms",
+                                claim_of(s, name),
+                                op.code,
+                                gone.saturating_sub(t0)
+                            ));
+                        } else if op.created && !snapshots_made.contains(snapshot_id.as_str()) {
+                            restores.push(format!(
+                                "volume {id} ({name}{}) made from snapshot {snapshot_id}, which the backend never made",
+                                claim_of(s, name)
+                            ));
+                        }
+                    }
+                    Some(ContentSource::Volume { volume_id }) => {
+                        if let Some(gone) = volumes_gone.get(volume_id.as_str()) {
+                            clones.push(format!(
+                                "CreateVolume {name}{} ({:?}) at +{at}ms cloned volume {volume_id}, deleted at +{}ms",
+                                claim_of(s, name),
+                                op.code,
+                                gone.saturating_sub(t0)
+                            ));
+                        } else if op.created && !volumes_made.contains(volume_id.as_str()) {
+                            clones.push(format!(
+                                "volume {id} ({name}{}) cloned from volume {volume_id}, which the backend never made",
+                                claim_of(s, name)
+                            ));
+                        }
+                    }
+                    None => {}
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // What each name was made as on the backend: snapshot ids by CreateSnapshot name,
+    // volume ids by CreateVolume name.
+    let mut made: HashMap<(&str, &str), HashSet<&str>> = HashMap::new();
+    for op in &s.ledger.operations {
+        if let (Some(name), Some(id)) = (&op.name, &op.volume_id)
+            && (op.method == "CreateSnapshot" || op.method == "CreateVolume")
+        {
+            made.entry((op.method.as_str(), name.as_str()))
+                .or_default()
+                .insert(id.as_str());
+        }
+    }
+    let live: HashMap<&str, &ClaimState> = s.claims.iter().map(|c| (c.uid.as_str(), c)).collect();
+    let pvs: HashMap<&str, &VolumeState> = s.volumes.iter().map(|v| (v.name.as_str(), v)).collect();
+    let mut from_source = Vec::new();
+    for c in s.created.iter().filter(|c| !c.deleted) {
+        let Some(state) = live.get(c.uid.as_str()) else {
+            continue;
+        };
+        if state.deleting || state.phase != "Bound" {
+            continue;
+        }
+        let Some(volume) = state
+            .volume_name
+            .as_deref()
+            .and_then(|n| pvs.get(n))
+            .and_then(|pv| s.ledger.volumes.get(&pv.handle))
+        else {
+            // A missing volume is the first row's violation.
+            continue;
+        };
+        let ok = match (&c.source, &volume.content_source) {
+            (None, None) => true,
+            (Some(src), Some(ContentSource::Snapshot { snapshot_id }))
+                if src.kind == SourceKind::Snapshot =>
+            {
+                let name = backend_snapshot_name(&src.uid);
+                made.get(&("CreateSnapshot", name.as_str()))
+                    .is_some_and(|ids| ids.contains(snapshot_id.as_str()))
+            }
+            (Some(src), Some(ContentSource::Volume { volume_id }))
+                if src.kind == SourceKind::Claim =>
+            {
+                let name = pv_name_of(&src.uid);
+                made.get(&("CreateVolume", name.as_str()))
+                    .is_some_and(|ids| ids.contains(volume_id.as_str()))
+            }
+            _ => false,
+        };
+        if !ok {
+            from_source.push(format!(
+                "{}: asked for {}, volume {} made from {:?}",
+                c.name,
+                match &c.source {
+                    None => "no source".to_string(),
+                    Some(src) => format!("{:?} {}", src.kind, src.name),
+                },
+                volume.volume_id,
+                volume.content_source
+            ));
+        }
+    }
+
+    vec![
+        InvariantResult {
+            name: SOURCES_RELEASED,
+            violations: released,
+        },
+        InvariantResult {
+            name: NO_RESTORE_FROM_DELETED,
+            violations: restores,
+        },
+        InvariantResult {
+            name: CLONE_SOURCE_KEPT,
+            violations: clones,
+        },
+        InvariantResult {
+            name: MADE_FROM_SOURCE,
+            violations: from_source,
+        },
     ]
 }
 
@@ -341,6 +612,7 @@ mod tests {
                 name: name.into(),
                 uid: uid.clone(),
                 deleted: false,
+                source: None,
             });
             self.0.claims.push(ClaimState {
                 name: name.into(),
@@ -348,6 +620,8 @@ mod tests {
                 phase: "Bound".into(),
                 volume_name: Some(pv.clone()),
                 deleting: false,
+                finalizers: Vec::new(),
+                data_source: None,
             });
             self.0.volumes.push(VolumeState {
                 name: pv.clone(),
@@ -390,8 +664,75 @@ mod tests {
                 created: true,
                 deleted: false,
                 secret_keys: Vec::new(),
+                content_source: None,
                 at_ms: 0,
             });
+            self
+        }
+
+        /// A backend operation on `id`, appended to the ledger (its order is the backend's).
+        fn op(mut self, method: &str, name: Option<&str>, id: &str, done: bool) -> World {
+            let mut op = OperationRecord::new(method, name.map(Into::into), Some(id.into()));
+            op.created = done && method.starts_with("Create");
+            op.deleted = done && method.starts_with("Delete");
+            self.0.ledger.operations.push(op);
+            self
+        }
+
+        /// The backend snapshot `id` of VolumeSnapshot `vs` (UID `u-<vs>`).
+        fn backend_snapshot(self, vs: &str, id: &str) -> World {
+            let name = backend_snapshot_name(&format!("u-{vs}"));
+            self.op("CreateSnapshot", Some(&name), id, true)
+        }
+
+        /// A VolumeSnapshot object.
+        fn volume_snapshot(mut self, name: &str, finalizers: &[&str]) -> World {
+            self.0.snapshots.push(SnapshotState {
+                name: name.into(),
+                uid: format!("u-{name}"),
+                finalizers: finalizers.iter().map(|f| f.to_string()).collect(),
+                deleting: false,
+                ready: true,
+            });
+            self
+        }
+
+        /// Makes the last claim a restore or a clone of `source` whose volume was made from
+        /// `made_from` (and says so in its `CreateVolume` record).
+        fn made_from(mut self, kind: SourceKind, source: &str, made_from: ContentSource) -> World {
+            let created = self.0.created.last_mut().expect("a claim");
+            created.source = Some(DataSource {
+                kind,
+                name: source.into(),
+                uid: format!("u-{source}"),
+                deleted: false,
+            });
+            let claim = self.0.claims.last_mut().expect("a claim");
+            claim.data_source = Some((
+                match kind {
+                    SourceKind::Snapshot => SNAPSHOT_KIND,
+                    SourceKind::Claim => CLAIM_KIND,
+                }
+                .into(),
+                source.into(),
+            ));
+            let pv = claim.volume_name.clone().expect("bound");
+            let handle = self.0.volumes.last().expect("a PV").handle.clone();
+            self.0
+                .ledger
+                .volumes
+                .get_mut(&handle)
+                .expect("volume")
+                .content_source = Some(made_from.clone());
+            let op = self
+                .0
+                .ledger
+                .operations
+                .iter_mut()
+                .rev()
+                .find(|op| op.name.as_deref() == Some(pv.as_str()))
+                .expect("its CreateVolume");
+            op.content_source = Some(made_from);
             self
         }
 
@@ -400,6 +741,7 @@ mod tests {
                 name: name.into(),
                 uid: format!("u-{name}"),
                 deleted: true,
+                source: None,
             });
             self
         }
@@ -435,6 +777,7 @@ mod tests {
             name: "p".into(),
             uid: "u-p".into(),
             deleted: false,
+            source: None,
         });
         w.0.claims.push(ClaimState {
             name: "p".into(),
@@ -442,6 +785,8 @@ mod tests {
             phase: "Pending".into(),
             volume_name: None,
             deleting: false,
+            finalizers: Vec::new(),
+            data_source: None,
         });
         assert_eq!(w.violations(), BTreeMap::from([(SETTLED, 1)]));
         w.0.failures.insert(
@@ -503,5 +848,180 @@ mod tests {
         w.0.claims.clear();
         let v = w.violations();
         assert_eq!(v.get(SETTLED), Some(&1));
+    }
+
+    fn snapshot_source(id: &str) -> ContentSource {
+        ContentSource::Snapshot {
+            snapshot_id: id.into(),
+        }
+    }
+
+    fn volume_source(id: &str) -> ContentSource {
+        ContentSource::Volume {
+            volume_id: id.into(),
+        }
+    }
+
+    /// `a`, a snapshot `s` of it (backend snapshot `snap-1`), a restore `r` of `s` and a
+    /// clone `k` of `a`.
+    fn restore_and_clone() -> World {
+        World::default()
+            .bound("a")
+            .volume_snapshot("s", &[])
+            .backend_snapshot("s", "snap-1")
+            .bound("r")
+            .made_from(SourceKind::Snapshot, "s", snapshot_source("snap-1"))
+            .bound("k")
+            .made_from(SourceKind::Claim, "a", volume_source("vol-a"))
+    }
+
+    #[test]
+    fn a_restore_and_a_clone_made_from_their_sources_have_no_violations() {
+        assert_eq!(restore_and_clone().violations(), BTreeMap::new());
+    }
+
+    #[test]
+    fn a_protection_no_pending_claim_needs_is_left_behind() {
+        let mut w = restore_and_clone().volume_snapshot("old", &[SNAPSHOT_SOURCE_FINALIZER]);
+        w.0.claims[0].finalizers.push(CLONE_SOURCE_FINALIZER.into());
+        // A source claim keeps its cloning protection until its deletion begins.
+        assert_eq!(w.violations(), BTreeMap::from([(SOURCES_RELEASED, 1)]));
+        w.0.claims[0].deleting = true;
+        assert_eq!(w.violations(), BTreeMap::from([(SOURCES_RELEASED, 2)]));
+        // A claim still waiting for them keeps both protections rightly.
+        for (kind, source) in [(SNAPSHOT_KIND, "old"), (CLAIM_KIND, "a")] {
+            w.0.claims.push(ClaimState {
+                name: format!("waits-for-{source}"),
+                uid: format!("u-waits-for-{source}"),
+                phase: "Pending".into(),
+                volume_name: None,
+                deleting: false,
+                finalizers: Vec::new(),
+                data_source: Some((kind.into(), source.into())),
+            });
+        }
+        assert_eq!(w.violations(), BTreeMap::new());
+    }
+
+    #[test]
+    fn a_create_volume_from_a_snapshot_already_deleted_is_reported() {
+        let mut w = restore_and_clone()
+            .op("DeleteSnapshot", None, "snap-1", true)
+            .op("CreateVolume", Some("pvc-u-late"), "", false);
+        w.0.ledger.operations.last_mut().unwrap().content_source = Some(snapshot_source("snap-1"));
+        assert_eq!(
+            w.violations(),
+            BTreeMap::from([(NO_RESTORE_FROM_DELETED, 1)])
+        );
+        // A DeleteSnapshot that failed (nothing deleted) does not count.
+        let mut w = restore_and_clone()
+            .op("DeleteSnapshot", None, "snap-1", false)
+            .op("CreateVolume", Some("pvc-u-late"), "", false);
+        w.0.ledger.operations.last_mut().unwrap().content_source = Some(snapshot_source("snap-1"));
+        assert_eq!(w.violations(), BTreeMap::new());
+    }
+
+    #[test]
+    fn a_volume_restored_from_a_snapshot_the_backend_never_made_is_reported() {
+        let w = World::default()
+            .volume_snapshot("s", &[])
+            .bound("r")
+            .made_from(SourceKind::Snapshot, "s", snapshot_source("snap-9"));
+        assert_eq!(
+            w.violations(),
+            BTreeMap::from([(NO_RESTORE_FROM_DELETED, 1), (MADE_FROM_SOURCE, 1)])
+        );
+    }
+
+    #[test]
+    fn a_clone_of_a_volume_deleted_before_it_is_reported() {
+        let mut w = restore_and_clone()
+            .op("DeleteVolume", None, "vol-a", true)
+            .op("CreateVolume", Some("pvc-u-late"), "", false);
+        w.0.ledger.operations.last_mut().unwrap().content_source = Some(volume_source("vol-a"));
+        let v = w.violations();
+        assert_eq!(v.get(CLONE_SOURCE_KEPT), Some(&1), "{v:?}");
+    }
+
+    #[test]
+    fn a_volume_made_from_another_source_or_from_none_is_reported() {
+        // The clone of `a` made from the restore's volume; the restore made from nothing.
+        let mut w = World::default()
+            .bound("a")
+            .volume_snapshot("s", &[])
+            .backend_snapshot("s", "snap-1")
+            .bound("r")
+            .made_from(SourceKind::Snapshot, "s", snapshot_source("snap-1"))
+            .bound("k")
+            .made_from(SourceKind::Claim, "a", volume_source("vol-r"));
+        w.0.ledger.volumes.get_mut("vol-r").unwrap().content_source = None;
+        // A plain claim whose volume says it came from a snapshot.
+        w.0.ledger.volumes.get_mut("vol-a").unwrap().content_source =
+            Some(snapshot_source("snap-1"));
+        let v = w.violations();
+        assert_eq!(v.get(MADE_FROM_SOURCE), Some(&3), "{v:?}");
+    }
+
+    #[test]
+    fn a_claim_whose_source_the_runner_deleted_may_stay_pending() {
+        let mut w = World::default();
+        w.0.created.push(CreatedClaim {
+            name: "r".into(),
+            uid: "u-r".into(),
+            deleted: false,
+            source: Some(DataSource {
+                kind: SourceKind::Snapshot,
+                name: "s".into(),
+                uid: "u-s".into(),
+                deleted: false,
+            }),
+        });
+        w.0.claims.push(ClaimState {
+            name: "r".into(),
+            uid: "u-r".into(),
+            phase: "Pending".into(),
+            volume_name: None,
+            deleting: false,
+            finalizers: Vec::new(),
+            data_source: Some((SNAPSHOT_KIND.into(), "s".into())),
+        });
+        assert_eq!(w.violations(), BTreeMap::from([(SETTLED, 1)]));
+        w.0.created[0].source.as_mut().unwrap().deleted = true;
+        assert_eq!(w.violations(), BTreeMap::new());
+    }
+
+    #[test]
+    fn a_deleted_clone_source_held_by_a_pending_clone_is_not_stuck() {
+        let mut w = World::default().bound("a");
+        w.0.created[0].deleted = true;
+        w.0.claims[0].deleting = true;
+        w.0.claims[0].finalizers.push(CLONE_SOURCE_FINALIZER.into());
+        // Nothing waits for it: stuck, its PV not reclaimed, and its protection left behind.
+        assert_eq!(
+            w.violations(),
+            BTreeMap::from([(DELETED_GONE, 1), (RECLAIMED, 1), (SOURCES_RELEASED, 1)])
+        );
+        // A clone of it still pending (refused while its source is being deleted) holds it.
+        w.0.created.push(CreatedClaim {
+            name: "k".into(),
+            uid: "u-k".into(),
+            deleted: false,
+            source: Some(DataSource {
+                kind: SourceKind::Claim,
+                name: "a".into(),
+                uid: "u-a".into(),
+                deleted: true,
+            }),
+        });
+        w.0.claims.push(ClaimState {
+            name: "k".into(),
+            uid: "u-k".into(),
+            phase: "Pending".into(),
+            volume_name: None,
+            deleting: false,
+            finalizers: Vec::new(),
+            data_source: Some((CLAIM_KIND.into(), "a".into())),
+        });
+        assert_eq!(w.violations(), BTreeMap::new());
     }
 }

@@ -1,7 +1,7 @@
 //! The fault injector: at random (seeded) moments it opens a window of API faults through
 //! the proxy, disturbs watch streams, arms a driver fault, crashes the driver, SIGKILLs
-//! a sidecar replica, or freezes the Lease holder (SIGSTOP) until another replica holds the
-//! Lease; and, when the run owns its control plane, it restarts kube-apiserver and etcd
+//! a sidecar replica or the csi-snapshotter, fails the driver's snapshot calls, or freezes
+//! the Lease holder (SIGSTOP) until another replica holds the Lease; and, when the run owns its control plane, it restarts kube-apiserver and etcd
 //! once or twice. Every action is counted by kind for the report.
 
 use std::collections::BTreeMap;
@@ -105,7 +105,9 @@ enum Action {
     DriverUnavailable,
     DriverLatency,
     DriverCrash,
+    DriverSnapshotError,
     SidecarKill,
+    SnapshotterKill,
     LeaderPause,
 }
 
@@ -124,7 +126,9 @@ impl Action {
             Action::DriverUnavailable => "driver: UNAVAILABLE errors",
             Action::DriverLatency => "driver: slow calls window",
             Action::DriverCrash => "driver: crash + restart",
+            Action::DriverSnapshotError => "driver: UNAVAILABLE on Create/DeleteSnapshot",
             Action::SidecarKill => "sidecar: SIGKILL + restart",
+            Action::SnapshotterKill => "csi-snapshotter: SIGKILL + restart",
             // Logged when it starts; counted by its outcome (PAUSED, ...).
             Action::LeaderPause => "sidecar: SIGSTOP of the Lease holder",
         }
@@ -144,7 +148,9 @@ impl Action {
             Action::DriverUnavailable => 2,
             Action::DriverLatency => 2,
             Action::DriverCrash => 1,
+            Action::DriverSnapshotError => 1,
             Action::SidecarKill => 2,
+            Action::SnapshotterKill => 1,
             Action::LeaderPause => 2,
         }
     }
@@ -160,14 +166,15 @@ impl Action {
             Action::DriverCreateThenTimeout
             | Action::DriverUnavailable
             | Action::DriverLatency
-            | Action::DriverCrash => mix.driver,
-            Action::SidecarKill => mix.kill,
+            | Action::DriverCrash
+            | Action::DriverSnapshotError => mix.driver,
+            Action::SidecarKill | Action::SnapshotterKill => mix.kill,
             Action::LeaderPause => mix.pause,
         }
     }
 }
 
-const ALL_ACTIONS: [Action; 14] = [
+const ALL_ACTIONS: [Action; 16] = [
     Action::ApiError,
     Action::ApiLostResponse,
     Action::ApiSlow,
@@ -180,7 +187,9 @@ const ALL_ACTIONS: [Action; 14] = [
     Action::DriverUnavailable,
     Action::DriverLatency,
     Action::DriverCrash,
+    Action::DriverSnapshotError,
     Action::SidecarKill,
+    Action::SnapshotterKill,
     Action::LeaderPause,
 ];
 
@@ -651,6 +660,20 @@ async fn apply(
                 .await
                 .is_ok()
         }
+        Action::DriverSnapshotError => {
+            let method = ["CreateSnapshot", "DeleteSnapshot"][rng.random_range(0..2)];
+            let count = rng.random_range(1..4);
+            driver_fault(
+                world,
+                method,
+                DriverFault::Error {
+                    code: GrpcCode::Unavailable,
+                    count,
+                    message: None,
+                },
+            )
+            .await
+        }
         Action::SidecarKill => {
             let w = world.lock().await;
             if w.replicas.is_empty() {
@@ -658,6 +681,12 @@ async fn apply(
             }
             let i = rng.random_range(0..w.replicas.len());
             w.replicas[i].kill(Duration::from_millis(rng.random_range(200..3000)));
+            true
+        }
+        Action::SnapshotterKill => {
+            let w = world.lock().await;
+            w.snapshotter
+                .kill(Duration::from_millis(rng.random_range(200..3000)));
             true
         }
         _ => false,

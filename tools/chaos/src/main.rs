@@ -23,6 +23,12 @@ struct Args {
     /// Claims created per second.
     #[arg(long, default_value_t = 3.0)]
     rate: f64,
+    /// Share of the claims restored from a VolumeSnapshot of an earlier Bound claim (0–1).
+    #[arg(long, default_value_t = chaos::run::DEFAULT_RESTORES, value_parser = share)]
+    restores: f64,
+    /// Share of the claims cloned from an earlier Bound claim (0–1).
+    #[arg(long, default_value_t = chaos::run::DEFAULT_CLONES, value_parser = share)]
+    clones: f64,
     /// Sidecar replicas contending for the Lease.
     #[arg(long, default_value_t = 2)]
     replicas: usize,
@@ -56,6 +62,13 @@ struct Args {
     scenario: Option<String>,
 }
 
+fn share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?} is not a share between 0 and 1")),
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -87,6 +100,9 @@ async fn run(args: Args) -> Result<usize, String> {
         s => vec![s.parse()?],
     };
     let scenario: Option<Scenario> = args.scenario.as_deref().map(str::parse).transpose()?;
+    if args.restores + args.clones > 1.0 {
+        return Err("--restores plus --clones must not exceed 1".into());
+    }
     if args.restart_control_plane && scenario.is_none() && testbed.dir.is_none() {
         return Err(
             "--restart-control-plane needs CSI_TESTBED_DIR (the control plane's \
@@ -116,6 +132,8 @@ async fn run(args: Args) -> Result<usize, String> {
                     settle: args.settle,
                     teardown_check: !args.no_teardown_check,
                     keep_dir: args.keep_logs,
+                    restores: args.restores,
+                    clones: args.clones,
                 };
                 chaos::run(&testbed, &cfg).await?
             }

@@ -233,8 +233,13 @@ impl Replica {
     }
 
     /// Waits for the supervisor to stop (after the stop token was cancelled).
-    pub async fn join(self) {
-        let _ = self.task.await;
+    pub async fn join(mut self) {
+        self.stopped().await;
+    }
+
+    /// Like [`Replica::join`], for a replica that stays in place.
+    pub async fn stopped(&mut self) {
+        let _ = (&mut self.task).await;
     }
 }
 
@@ -347,17 +352,19 @@ impl Driver {
         dir: &Path,
         name: &str,
         seed: u64,
+        extra_args: &[String],
     ) -> std::io::Result<Driver> {
         let endpoint = dir.join("csi.sock");
         let control_path = dir.join("control.sock");
         let state_dir = dir.join("state");
-        let args = vec![
+        let mut args = vec![
             format!("--endpoint=unix://{}", endpoint.display()),
             format!("--control={}", control_path.display()),
             format!("--state-dir={}", state_dir.display()),
             format!("--drivername={name}"),
             format!("--seed={seed}"),
         ];
+        args.extend(extra_args.iter().cloned());
         let mut driver = Driver {
             program: program.to_path_buf(),
             args,

@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use csi_test_driver::ledger::ContentSource;
+
 use crate::check::{InvariantResult, Snapshot};
 use crate::world::{LeaderTrack, Sidecar, World};
 
@@ -30,6 +32,7 @@ pub struct Report {
     pub sidecar_starts: u64,
     pub leader_changes: u64,
     pub driver_crashes: u64,
+    pub snapshotter_starts: u64,
     pub backend: Vec<(&'static str, u64)>,
     pub invariants: Vec<InvariantResult>,
     pub dir: Option<PathBuf>,
@@ -51,6 +54,7 @@ impl Report {
             sidecar_starts: 0,
             leader_changes: 0,
             driver_crashes: 0,
+            snapshotter_starts: 0,
             backend: Vec::new(),
             invariants: Vec::new(),
             dir: None,
@@ -67,6 +71,7 @@ impl Report {
         }
         self.leader_changes = leader.changes.load(Ordering::Relaxed);
         self.driver_crashes = w.driver.crashes;
+        self.snapshotter_starts = w.snapshotter.stats.starts.load(Ordering::Relaxed);
         let ledger = &snap.ledger;
         let count =
             |method: &str, f: &dyn Fn(&csi_test_driver::ledger::OperationRecord) -> bool| {
@@ -78,6 +83,32 @@ impl Report {
             ("DeleteVolume calls", ledger.call_count("DeleteVolume")),
             ("volumes deleted", count("DeleteVolume", &|op| op.deleted)),
             ("volumes held at check time", ledger.volumes.len() as u64),
+            (
+                "  restored from a snapshot (created)",
+                count("CreateVolume", &|op| {
+                    op.created && matches!(op.content_source, Some(ContentSource::Snapshot { .. }))
+                }),
+            ),
+            (
+                "  cloned from a volume (created)",
+                count("CreateVolume", &|op| {
+                    op.created && matches!(op.content_source, Some(ContentSource::Volume { .. }))
+                }),
+            ),
+            ("CreateSnapshot calls", ledger.call_count("CreateSnapshot")),
+            (
+                "snapshots created",
+                count("CreateSnapshot", &|op| op.created),
+            ),
+            ("DeleteSnapshot calls", ledger.call_count("DeleteSnapshot")),
+            (
+                "snapshots deleted",
+                count("DeleteSnapshot", &|op| op.deleted),
+            ),
+            (
+                "snapshots held at check time",
+                ledger.snapshots.len() as u64,
+            ),
         ];
     }
 
@@ -146,6 +177,10 @@ impl Report {
                 ),
                 ("leader changes".into(), self.leader_changes.to_string()),
                 ("driver crashes".into(), self.driver_crashes.to_string()),
+                (
+                    "csi-snapshotter restarts".into(),
+                    self.snapshotter_starts.saturating_sub(1).to_string(),
+                ),
             ],
         );
         section(

@@ -1,15 +1,17 @@
 //! The random chaos run: claims created and deleted at a steady rate while the injector
 //! disturbs everything, then faults off, settle, check, and (optionally) delete everything
-//! and check that nothing is left.
+//! and check that nothing is left. A share of the claims are restores (from a
+//! VolumeSnapshot of an earlier Bound claim) and clones (of an earlier Bound claim); some of
+//! their sources are deleted while they are pending.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use rand::rngs::StdRng;
@@ -17,7 +19,10 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::check::{self, ClaimState, CreatedClaim, InvariantResult, Snapshot, VolumeState};
+use crate::check::{
+    self, CLAIM_KIND, ClaimState, CreatedClaim, DataSource, InvariantResult, SNAPSHOT_KIND,
+    Snapshot, SnapshotState, SourceKind, VolumeState,
+};
 use crate::faults::{self, FaultMix};
 use crate::report::Report;
 use crate::world::{Sidecar, StageOptions, Testbed, World};
@@ -39,7 +44,22 @@ pub struct ChaosConfig {
     /// Delete every claim at the end and check that no volume is left.
     pub teardown_check: bool,
     pub keep_dir: bool,
+    /// Share of the claims restored from a VolumeSnapshot of an earlier Bound claim.
+    pub restores: f64,
+    /// Share of the claims cloned from an earlier Bound claim.
+    pub clones: f64,
 }
+
+/// Default shares of restores and clones among the claims of a run.
+pub const DEFAULT_RESTORES: f64 = 0.2;
+pub const DEFAULT_CLONES: f64 = 0.1;
+/// Share of restores (clones) whose snapshot (source claim) the runner deletes while they
+/// are pending, 0–3 s after creating them. Each such restore or clone that was not yet
+/// protected stays Pending for good (refused as upstream refuses it), and so do earlier
+/// restores of that snapshot: kept low so that most data-source claims get made.
+const SOURCE_DELETED_SHARE: f64 = 0.15;
+/// VolumeSnapshots kept at once: beyond this the oldest is deleted (snapshot churn).
+const LIVE_SNAPSHOTS: usize = 6;
 
 impl Default for ChaosConfig {
     fn default() -> Self {
@@ -54,6 +74,8 @@ impl Default for ChaosConfig {
             settle: Duration::from_secs(120),
             teardown_check: true,
             keep_dir: false,
+            restores: DEFAULT_RESTORES,
+            clones: DEFAULT_CLONES,
         }
     }
 }
@@ -75,14 +97,32 @@ pub(crate) struct Record {
     pub fate: Fate,
     pub delete_scheduled: bool,
     pub deleted: bool,
+    /// Restores and clones: the VolumeSnapshot or claim it was made from (`deleted` is
+    /// filled in from the book when the checker asks).
+    pub source: Option<DataSource>,
 }
 
-/// The runner's book of claims.
+/// A VolumeSnapshot the runner created.
+#[derive(Debug, Clone)]
+pub(crate) struct SnapshotRecord {
+    pub uid: String,
+    pub delete_scheduled: bool,
+    pub deleted: bool,
+}
+
+/// The runner's book of claims (and of VolumeSnapshots).
 #[derive(Default)]
 pub(crate) struct Book {
     records: Mutex<BTreeMap<String, Record>>,
-    /// Deletions scheduled and not finished.
+    /// Deletions scheduled and not finished (claims and snapshots).
     pending: AtomicUsize,
+    snapshots: Mutex<BTreeMap<String, SnapshotRecord>>,
+    /// Claims seen Bound that the runner keeps: sources for snapshots and clones, with
+    /// whether their class is WaitForFirstConsumer (a clone uses its source's class).
+    sources: Mutex<BTreeMap<String, bool>>,
+    /// Claims some VolumeSnapshot was taken of: never deleted on purpose mid-run, so that
+    /// a snapshot does not fail for lack of its source.
+    snapshotted: Mutex<BTreeSet<String>>,
 }
 
 impl Book {
@@ -94,15 +134,55 @@ impl Book {
     }
 
     pub(crate) fn created(&self) -> Vec<CreatedClaim> {
-        self.records
-            .lock()
-            .expect("poisoned")
+        let records = self.records.lock().expect("poisoned");
+        let snapshots = self.snapshots.lock().expect("poisoned");
+        records
             .values()
             .map(|r| CreatedClaim {
                 name: r.name.clone(),
                 uid: r.uid.clone(),
                 deleted: r.deleted,
+                source: r.source.clone().map(|mut src| {
+                    src.deleted = match src.kind {
+                        SourceKind::Snapshot => snapshots.get(&src.name).is_some_and(|s| s.deleted),
+                        SourceKind::Claim => records.get(&src.name).is_some_and(|c| c.deleted),
+                    };
+                    src
+                }),
             })
+            .collect()
+    }
+
+    /// Snapshots not (scheduled to be) deleted, oldest first.
+    fn live_snapshots(&self) -> Vec<String> {
+        self.snapshots
+            .lock()
+            .expect("poisoned")
+            .iter()
+            .filter(|(_, s)| !s.delete_scheduled)
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    /// Marks the snapshot's deletion as scheduled; false if it already was.
+    fn schedule_snapshot(&self, name: &str) -> bool {
+        let mut snapshots = self.snapshots.lock().expect("poisoned");
+        match snapshots.get_mut(name) {
+            Some(s) if !s.delete_scheduled => {
+                s.delete_scheduled = true;
+                self.pending.fetch_add(1, Ordering::SeqCst);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn sources(&self) -> Vec<(String, bool)> {
+        self.sources
+            .lock()
+            .expect("poisoned")
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
             .collect()
     }
 
@@ -176,6 +256,26 @@ fn mark_deleted(book: &Book, name: &str) {
     if let Some(r) = book.records.lock().expect("poisoned").get_mut(name) {
         r.deleted = true;
     }
+    book.sources.lock().expect("poisoned").remove(name);
+}
+
+/// Deletes a VolumeSnapshot after `after` (retrying API errors), records it, counts down.
+fn delete_snapshot_later(api: Api<DynamicObject>, book: Arc<Book>, name: String, after: Duration) {
+    tokio::spawn(async move {
+        tokio::time::sleep(after).await;
+        let until = Instant::now() + API_PATIENCE;
+        while Instant::now() < until {
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => break,
+                Err(kube::Error::Api(s)) if s.code == 404 => break,
+                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
+        }
+        if let Some(s) = book.snapshots.lock().expect("poisoned").get_mut(&name) {
+            s.deleted = true;
+        }
+        book.pending.fetch_sub(1, Ordering::SeqCst);
+    });
 }
 
 pub(crate) fn claim_body(
@@ -183,19 +283,71 @@ pub(crate) fn claim_body(
     class: &str,
     selected_node: Option<&str>,
 ) -> PersistentVolumeClaim {
+    claim_body_from(name, class, selected_node, None)
+}
+
+/// A 1Gi claim, restored or cloned from `source` (kind, name) if given.
+pub(crate) fn claim_body_from(
+    name: &str,
+    class: &str,
+    selected_node: Option<&str>,
+    source: Option<(&str, &str)>,
+) -> PersistentVolumeClaim {
     let mut meta = json!({"name": name});
     if let Some(node) = selected_node {
         meta["annotations"] = json!({"volume.kubernetes.io/selected-node": node});
     }
-    serde_json::from_value(json!({
-        "metadata": meta,
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": "1Gi"}},
-            "storageClassName": class,
+    let mut spec = json!({
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "1Gi"}},
+        "storageClassName": class,
+    });
+    match source {
+        Some((SNAPSHOT_KIND, snapshot)) => {
+            spec["dataSource"] = json!({
+                "apiGroup": "snapshot.storage.k8s.io",
+                "kind": SNAPSHOT_KIND,
+                "name": snapshot,
+            });
         }
+        Some((kind, claim)) => spec["dataSource"] = json!({"kind": kind, "name": claim}),
+        None => {}
+    }
+    serde_json::from_value(json!({"metadata": meta, "spec": spec})).expect("claim")
+}
+
+/// Creates a VolumeSnapshot of `claim` in `class`, retrying API errors; returns its UID.
+async fn create_snapshot(
+    api: &Api<DynamicObject>,
+    name: &str,
+    class: &str,
+    claim: &str,
+) -> Result<String, String> {
+    let body: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshot",
+        "metadata": {"name": name},
+        "spec": {
+            "volumeSnapshotClassName": class,
+            "source": {"persistentVolumeClaimName": claim},
+        },
     }))
-    .expect("claim")
+    .expect("snapshot");
+    let mut last = String::new();
+    let until = Instant::now() + API_PATIENCE;
+    while Instant::now() < until {
+        match api.create(&PostParams::default(), &body).await {
+            Ok(s) => return Ok(s.uid().unwrap_or_default()),
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                if let Ok(s) = api.get(name).await {
+                    return Ok(s.uid().unwrap_or_default());
+                }
+            }
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Err(format!("creating VolumeSnapshot {name}: {last}"))
 }
 
 /// Creates a claim, retrying API errors; returns its UID.
@@ -242,10 +394,29 @@ fn observe(world: &World, book: Arc<Book>, stop: CancellationToken) {
             };
             let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
             let name = claim.name_any();
-            if let (true, Some(Fate::DeleteAfterBound(after))) = (bound, book.fate(&name))
+            let fate = book.fate(&name);
+            if let (true, Some(Fate::DeleteAfterBound(after))) = (bound, fate)
                 && book.schedule(&name)
             {
                 delete_later(api.clone(), book.clone(), name, after);
+            } else if bound
+                && fate == Some(Fate::Keep)
+                && claim.metadata.deletion_timestamp.is_none()
+            {
+                let wffc = claim
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key("volume.kubernetes.io/selected-node"));
+                let deleted = book
+                    .records
+                    .lock()
+                    .expect("poisoned")
+                    .get(&name)
+                    .is_some_and(|r| r.delete_scheduled);
+                if !deleted {
+                    book.sources.lock().expect("poisoned").insert(name, wffc);
+                }
             }
         }
     });
@@ -274,6 +445,32 @@ pub(crate) async fn snapshot(world: &World, book: &Book) -> Result<Snapshot, Str
                 .and_then(|s| s.volume_name.clone())
                 .filter(|v| !v.is_empty()),
             deleting: c.metadata.deletion_timestamp.is_some(),
+            finalizers: c.metadata.finalizers.clone().unwrap_or_default(),
+            data_source: c.spec.as_ref().and_then(|s| {
+                s.data_source_ref
+                    .as_ref()
+                    .map(|r| (r.kind.clone(), r.name.clone()))
+                    .or_else(|| {
+                        s.data_source
+                            .as_ref()
+                            .map(|r| (r.kind.clone(), r.name.clone()))
+                    })
+            }),
+        })
+        .collect();
+    let snapshots: Vec<SnapshotState> = world
+        .snapshots()
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| format!("listing VolumeSnapshots: {e}"))?
+        .items
+        .into_iter()
+        .map(|vs| SnapshotState {
+            name: vs.name_any(),
+            uid: vs.uid().unwrap_or_default(),
+            ready: vs.data.pointer("/status/readyToUse") == Some(&json!(true)),
+            finalizers: vs.metadata.finalizers.clone().unwrap_or_default(),
+            deleting: vs.metadata.deletion_timestamp.is_some(),
         })
         .collect();
     let volumes: Vec<VolumeState> = world
@@ -328,6 +525,7 @@ pub(crate) async fn snapshot(world: &World, book: &Book) -> Result<Snapshot, Str
         created: book.created(),
         claims,
         volumes,
+        snapshots,
         ledger,
         failures,
     })
@@ -385,18 +583,27 @@ pub(crate) async fn settle(
     }
 }
 
-pub const TEARDOWN: &str = "deleting every claim leaves no volume, PV or claim";
+pub const TEARDOWN: &str =
+    "deleting every claim and snapshot leaves no volume, snapshot, PV or claim";
 
-/// Deletes every claim still wanted, waits, and reports whatever is left.
+/// Deletes every claim and VolumeSnapshot still wanted, waits, and reports whatever is left.
 pub(crate) async fn teardown_check(
     world: &Arc<tokio::sync::Mutex<World>>,
     book: &Arc<Book>,
     within: Duration,
 ) -> InvariantResult {
-    let api = world.lock().await.claims();
+    let (api, snapshots) = {
+        let w = world.lock().await;
+        (w.claims(), w.snapshots())
+    };
     for r in book.records() {
         if !r.deleted && book.schedule(&r.name) {
             delete_later(api.clone(), book.clone(), r.name.clone(), Duration::ZERO);
+        }
+    }
+    for name in book.live_snapshots() {
+        if book.schedule_snapshot(&name) {
+            delete_snapshot_later(snapshots.clone(), book.clone(), name, Duration::ZERO);
         }
     }
     let until = Instant::now() + within;
@@ -418,11 +625,27 @@ pub(crate) async fn teardown_check(
                     .iter()
                     .map(|v| format!("PV {} ({}) left", v.name, v.phase)),
             );
+            left.extend(snap.claims.iter().map(|c| {
+                format!(
+                    "claim {} ({}{}) left, finalizers {:?}",
+                    c.name,
+                    c.phase,
+                    if c.deleting { ", being deleted" } else { "" },
+                    c.finalizers
+                )
+            }));
             left.extend(
-                snap.claims
-                    .iter()
-                    .map(|c| format!("claim {} ({}) left", c.name, c.phase)),
+                snap.ledger
+                    .snapshots
+                    .values()
+                    .map(|s| format!("backend snapshot {} (name {}) left", s.snapshot_id, s.name)),
             );
+            left.extend(snap.snapshots.iter().map(|s| {
+                format!(
+                    "VolumeSnapshot {} left (finalizers {:?})",
+                    s.name, s.finalizers
+                )
+            }));
         } else {
             left.push("could not read the state".into());
         }
@@ -450,6 +673,7 @@ pub(crate) async fn faults_off(world: &Arc<tokio::sync::Mutex<World>>) {
     for r in &w.replicas {
         r.resume();
     }
+    w.snapshotter.resume();
 }
 
 /// Runs a random chaos run and reports it.
@@ -498,6 +722,10 @@ pub async fn run(testbed: &Testbed, cfg: &ChaosConfig) -> Result<Report, String>
     let deadline = started + cfg.duration;
     let mut next = tokio::time::Instant::now();
     let mut workload = WorkloadCounts::default();
+    let (snapshots, snapshot_class) = {
+        let w = world.lock().await;
+        (w.snapshots(), w.snapshot_class.clone())
+    };
     for i in 0..cfg.claims {
         if Instant::now() >= deadline {
             break;
@@ -511,21 +739,157 @@ pub async fn run(testbed: &Testbed, cfg: &ChaosConfig) -> Result<Report, String>
             }
             _ => Fate::DeleteAfterBound(Duration::from_millis(rng.random_range(0..3000))),
         };
-        let body = if wffc {
-            claim_body(&name, &class_wffc, Some(&node))
-        } else {
-            claim_body(&name, &class_immediate, None)
-        };
+        let kind = rng.random_range(0.0..1.0);
+        let mut class = if wffc { &class_wffc } else { &class_immediate };
+        // A restore or a clone needs a source; until a claim is Bound there is none, and the
+        // claim is a plain one.
+        let mut source = None;
+        let mut delete_source = None;
+        if kind < cfg.restores {
+            let live = book.live_snapshots();
+            let pick = if live.is_empty() || rng.random_bool(0.4) {
+                let claims = book.sources();
+                if claims.is_empty() {
+                    None
+                } else {
+                    let (claim, _) = claims[rng.random_range(0..claims.len())].clone();
+                    let vs = format!("s-{i:05}");
+                    book.snapshotted
+                        .lock()
+                        .expect("poisoned")
+                        .insert(claim.clone());
+                    match create_snapshot(&snapshots, &vs, &snapshot_class, &claim).await {
+                        Ok(uid) => {
+                            workload.snapshots += 1;
+                            book.snapshots.lock().expect("poisoned").insert(
+                                vs.clone(),
+                                SnapshotRecord {
+                                    uid,
+                                    delete_scheduled: false,
+                                    deleted: false,
+                                },
+                            );
+                            // Churn: the oldest snapshots go (restores of them may be pending).
+                            let live = book.live_snapshots();
+                            for old in &live[..live.len().saturating_sub(LIVE_SNAPSHOTS)] {
+                                if book.schedule_snapshot(old) {
+                                    workload.snapshots_retired += 1;
+                                    delete_snapshot_later(
+                                        snapshots.clone(),
+                                        book.clone(),
+                                        old.clone(),
+                                        Duration::ZERO,
+                                    );
+                                }
+                            }
+                            Some(vs)
+                        }
+                        Err(e) => {
+                            eprintln!("chaos: {e}");
+                            None
+                        }
+                    }
+                }
+            } else {
+                Some(live[rng.random_range(0..live.len())].clone())
+            };
+            if let Some(vs) = pick {
+                let uid = book
+                    .snapshots
+                    .lock()
+                    .expect("poisoned")
+                    .get(&vs)
+                    .map(|s| s.uid.clone())
+                    .unwrap_or_default();
+                if rng.random_bool(SOURCE_DELETED_SHARE) {
+                    delete_source = Some(Duration::from_millis(rng.random_range(0..3000)));
+                }
+                source = Some(DataSource {
+                    kind: SourceKind::Snapshot,
+                    name: vs,
+                    uid,
+                    deleted: false,
+                });
+            }
+        } else if kind < cfg.restores + cfg.clones {
+            let claims = book.sources();
+            if !claims.is_empty() {
+                let (claim, source_wffc) = claims[rng.random_range(0..claims.len())].clone();
+                // Same class as the source (upstream requires it).
+                class = if source_wffc {
+                    &class_wffc
+                } else {
+                    &class_immediate
+                };
+                let uid = book
+                    .records
+                    .lock()
+                    .expect("poisoned")
+                    .get(&claim)
+                    .map(|r| r.uid.clone())
+                    .unwrap_or_default();
+                let snapshotted = book.snapshotted.lock().expect("poisoned").contains(&claim);
+                if !snapshotted && rng.random_bool(SOURCE_DELETED_SHARE) {
+                    delete_source = Some(Duration::from_millis(rng.random_range(0..3000)));
+                    // No later snapshot or clone picks it.
+                    book.sources.lock().expect("poisoned").remove(&claim);
+                }
+                source = Some(DataSource {
+                    kind: SourceKind::Claim,
+                    name: claim,
+                    uid,
+                    deleted: false,
+                });
+            }
+        }
+        let wffc = class == &class_wffc;
+        let reference = source.as_ref().map(|s| {
+            (
+                match s.kind {
+                    SourceKind::Snapshot => SNAPSHOT_KIND,
+                    SourceKind::Claim => CLAIM_KIND,
+                },
+                s.name.as_str(),
+            )
+        });
+        let body = claim_body_from(&name, class, wffc.then_some(node.as_str()), reference);
         match create_claim(&api, &body).await {
             Ok(uid) => {
                 workload.created += 1;
                 workload.wffc += wffc as usize;
+                match source.as_ref().map(|s| s.kind) {
+                    Some(SourceKind::Snapshot) => workload.restores += 1,
+                    Some(SourceKind::Claim) => workload.clones += 1,
+                    None => {}
+                }
+                if let (Some(src), Some(after)) = (&source, delete_source) {
+                    match src.kind {
+                        SourceKind::Snapshot => {
+                            if book.schedule_snapshot(&src.name) {
+                                workload.snapshots_deleted_mid_restore += 1;
+                                delete_snapshot_later(
+                                    snapshots.clone(),
+                                    book.clone(),
+                                    src.name.clone(),
+                                    after,
+                                );
+                            }
+                        }
+                        SourceKind::Claim => {
+                            if book.schedule(&src.name) {
+                                workload.sources_deleted_mid_clone += 1;
+                                delete_later(api.clone(), book.clone(), src.name.clone(), after);
+                            }
+                        }
+                    }
+                }
                 book.add(Record {
                     name: name.clone(),
                     uid,
                     fate,
                     delete_scheduled: false,
                     deleted: false,
+                    source,
                 });
                 match fate {
                     Fate::DeleteWhileProvisioning(after) => {
@@ -574,6 +938,29 @@ pub async fn run(testbed: &Testbed, cfg: &ChaosConfig) -> Result<Report, String>
             workload.deleted_after_bound as u64,
         ),
         ("claims live at the end", live_at_end as u64),
+        ("restores (from a VolumeSnapshot)", workload.restores as u64),
+        (
+            "  restores Bound at the end",
+            bound_at_end(&snap, SourceKind::Snapshot),
+        ),
+        ("clones (of a Bound claim)", workload.clones as u64),
+        (
+            "  clones Bound at the end",
+            bound_at_end(&snap, SourceKind::Claim),
+        ),
+        ("VolumeSnapshots created", workload.snapshots as u64),
+        (
+            "snapshots deleted while a restore was pending",
+            workload.snapshots_deleted_mid_restore as u64,
+        ),
+        (
+            "source claims deleted while a clone was pending",
+            workload.sources_deleted_mid_clone as u64,
+        ),
+        (
+            "oldest snapshots deleted (churn)",
+            workload.snapshots_retired as u64,
+        ),
     ];
     report.timing = vec![
         ("load phase", load_time),
@@ -600,4 +987,25 @@ struct WorkloadCounts {
     wffc: usize,
     deleted_while_provisioning: usize,
     deleted_after_bound: usize,
+    restores: usize,
+    clones: usize,
+    snapshots: usize,
+    snapshots_deleted_mid_restore: usize,
+    sources_deleted_mid_clone: usize,
+    snapshots_retired: usize,
+}
+
+/// Restores (or clones) the runner still wants that are Bound in the settled state.
+fn bound_at_end(snap: &Snapshot, kind: SourceKind) -> u64 {
+    let bound: BTreeSet<&str> = snap
+        .claims
+        .iter()
+        .filter(|c| c.phase == "Bound" && !c.deleting)
+        .map(|c| c.uid.as_str())
+        .collect();
+    snap.created
+        .iter()
+        .filter(|c| !c.deleted && c.source.as_ref().is_some_and(|s| s.kind == kind))
+        .filter(|c| bound.contains(c.uid.as_str()))
+        .count() as u64
 }

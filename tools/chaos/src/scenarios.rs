@@ -141,6 +141,7 @@ async fn create(
         fate: Fate::Keep,
         delete_scheduled: false,
         deleted: false,
+        source: None,
     });
     Ok(uid)
 }

@@ -1,7 +1,9 @@
 //! The stage of a chaos run on the test bed's control plane: a namespace, a node to select,
 //! two StorageClasses (Immediate and WaitForFirstConsumer) of a driver with a unique name,
-//! the fault-injecting test driver, the fault-injecting API proxy, and the sidecar
-//! replicas (ours or upstream's) talking to the API server only through the proxy.
+//! the fault-injecting test driver (with snapshots and clones), the csi-snapshotter next to
+//! it with a VolumeSnapshotClass (the snapshot-controller runs with the control plane), the
+//! fault-injecting API proxy, and the sidecar replicas (ours or upstream's) talking to the
+//! API server only through the proxy.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -13,7 +15,10 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    PostParams,
+};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use kube_fault_proxy::Proxy;
@@ -135,6 +140,11 @@ pub struct World {
     pub driver: Driver,
     pub proxy: Proxy,
     pub replicas: Vec<Replica>,
+    /// The VolumeSnapshotClass of the driver (deletion policy Delete).
+    pub snapshot_class: String,
+    /// csi-snapshotter for the driver, restarted like a replica when it exits (it exits
+    /// when it loses the driver's socket, e.g. after a driver crash).
+    pub snapshotter: Replica,
     pub stop: CancellationToken,
     pub dir: PathBuf,
     pub sidecar: Sidecar,
@@ -169,6 +179,18 @@ pub async fn lease_holder(leases: &Api<Lease>, name: &str) -> Option<String> {
         .filter(|h| !h.is_empty())
 }
 
+/// The API resource of a snapshot.storage.k8s.io/v1 kind.
+pub fn snapshot_resource(kind: &str) -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "snapshot.storage.k8s.io",
+        "v1",
+        kind,
+    ))
+}
+
+/// Controller capabilities the test driver adds to its defaults in a chaos run.
+pub const DRIVER_CAPABILITIES: &str = "+CLONE_VOLUME,+CREATE_DELETE_SNAPSHOT,+LIST_SNAPSHOTS";
+
 pub async fn admin_client(kubeconfig: &Path) -> Result<(Client, kube::Config), String> {
     let kc = Kubeconfig::read_from(kubeconfig).map_err(|e| e.to_string())?;
     let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
@@ -192,6 +214,7 @@ impl World {
         let node = format!("{base}-node");
         let class_immediate = format!("{base}-immediate");
         let class_wffc = format!("{base}-wffc");
+        let snapshot_class = format!("{base}-snapshots");
 
         let err = |what: &str, e: kube::Error| format!("{what}: {e}");
         Api::<Namespace>::all(client.clone())
@@ -226,6 +249,23 @@ impl World {
                 .await
                 .map_err(|e| err("creating a StorageClass", e))?;
         }
+        let vsc: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "snapshot.storage.k8s.io/v1",
+            "kind": "VolumeSnapshotClass",
+            "metadata": {"name": snapshot_class},
+            "driver": driver_name,
+            "deletionPolicy": "Delete",
+        }))
+        .expect("snapshot class");
+        Api::<DynamicObject>::all_with(client.clone(), &snapshot_resource("VolumeSnapshotClass"))
+            .create(&PostParams::default(), &vsc)
+            .await
+            .map_err(|e| {
+                err(
+                    "creating the VolumeSnapshotClass (snapshot CRDs installed?)",
+                    e,
+                )
+            })?;
 
         let driver_dir = dir.join("driver");
         std::fs::create_dir_all(&driver_dir).map_err(|e| e.to_string())?;
@@ -234,6 +274,7 @@ impl World {
             &driver_dir,
             &driver_name,
             opts.seed,
+            &[format!("--capabilities={DRIVER_CAPABILITIES}")],
         )
         .await
         .map_err(|e| format!("starting the test driver: {e}"))?;
@@ -248,6 +289,36 @@ impl World {
             .map_err(|e| e.to_string())?;
 
         let stop = CancellationToken::new();
+        let snapshotter_bin = testbed.bin_dir.join("csi-snapshotter");
+        if !snapshotter_bin.is_file() {
+            return Err(format!(
+                "{} not found (make testbed)",
+                snapshotter_bin.display()
+            ));
+        }
+        // Straight to the API server: the proxy's faults are aimed at the provisioner. Its
+        // retries are capped low so that a snapshot that failed is retried within a run.
+        let snapshotter = Replica::start(
+            SidecarCommand {
+                program: snapshotter_bin,
+                args: vec![
+                    format!("--csi-address={}", driver.endpoint.display()),
+                    format!("--kubeconfig={}", testbed.kubeconfig.display()),
+                    "--leader-election=false".into(),
+                    "--timeout=10s".into(),
+                    "--retry-interval-start=500ms".into(),
+                    "--retry-interval-max=5s".into(),
+                    "--v=4".into(),
+                ],
+                env: vec![(
+                    "KUBECONFIG".to_string(),
+                    testbed.kubeconfig.display().to_string(),
+                )],
+                log: dir.join("snapshotter.log"),
+                identity: None,
+            },
+            stop.clone(),
+        );
         let mut world = World {
             client,
             ns,
@@ -258,6 +329,8 @@ impl World {
             driver,
             proxy,
             replicas: Vec::new(),
+            snapshot_class,
+            snapshotter,
             stop,
             dir,
             sidecar: opts.sidecar,
@@ -300,6 +373,9 @@ impl World {
             "--retry-interval-start=500ms".into(),
             "--retry-interval-max=5s".into(),
             "--worker-threads=10".into(),
+            // A protection left on a VolumeSnapshot (a release that failed under faults) is
+            // swept within a settle phase, not after upstream's default 5m.
+            "--snapshot-orphan-sweep-interval=10s".into(),
             "--kube-api-qps=100".into(),
             "--kube-api-burst=200".into(),
             format!(
@@ -362,6 +438,15 @@ impl World {
 
     pub fn claims(&self) -> Api<PersistentVolumeClaim> {
         Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// The run's VolumeSnapshots.
+    pub fn snapshots(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.client.clone(),
+            &self.ns,
+            &snapshot_resource("VolumeSnapshot"),
+        )
     }
 
     pub fn leases(&self) -> Api<Lease> {
@@ -428,7 +513,42 @@ impl World {
         for r in self.replicas.drain(..) {
             r.join().await;
         }
+        self.snapshotter.stopped().await;
         self.driver.stop().await;
+        let unblock = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+        let snapshots = self.snapshots();
+        if let Ok(list) = snapshots.list(&ListParams::default()).await {
+            for vs in list.items {
+                if let Some(name) = vs.metadata.name {
+                    let _ = snapshots.delete(&name, &DeleteParams::default()).await;
+                    let _ = snapshots
+                        .patch(&name, &PatchParams::default(), &unblock)
+                        .await;
+                }
+            }
+        }
+        let contents = Api::<DynamicObject>::all_with(
+            self.client.clone(),
+            &snapshot_resource("VolumeSnapshotContent"),
+        );
+        if let Ok(list) = contents.list(&ListParams::default()).await {
+            for c in list.items {
+                let ours = c.data.pointer("/spec/driver").and_then(|d| d.as_str())
+                    == Some(self.driver_name.as_str());
+                if let (true, Some(name)) = (ours, c.metadata.name) {
+                    let _ = contents.delete(&name, &DeleteParams::default()).await;
+                    let _ = contents
+                        .patch(&name, &PatchParams::default(), &unblock)
+                        .await;
+                }
+            }
+        }
+        let _ = Api::<DynamicObject>::all_with(
+            self.client.clone(),
+            &snapshot_resource("VolumeSnapshotClass"),
+        )
+        .delete(&self.snapshot_class, &DeleteParams::default())
+        .await;
         let claims = self.claims();
         if let Ok(list) = claims.list(&ListParams::default()).await {
             for c in list.items {

@@ -1,5 +1,6 @@
 //! The chaos run in CI: our sidecar, two replicas contending for the Lease, behind the
-//! fault-injecting API proxy, with every fault kind active, must end with zero invariant
+//! fault-injecting API proxy, with every fault kind active, restores and clones among the
+//! claims (some of their sources deleted mid-flight), must end with zero invariant
 //! violations; and the named upstream failures (#486, #1469) must leave nothing behind with
 //! our sidecar while the upstream sidecar demonstrably leaks in #486; and a cleanup cut
 //! short after its DeleteVolume must not create a second volume (found by the soak).
@@ -9,11 +10,22 @@
 
 use std::time::Duration;
 
-use chaos::check::NO_LEAK;
+use chaos::check::{
+    CLONE_SOURCE_KEPT, MADE_FROM_SOURCE, NO_LEAK, NO_RESTORE_FROM_DELETED, SOURCES_RELEASED,
+};
 use chaos::{ChaosConfig, FaultMix, Report, Scenario, Sidecar, Testbed};
 
 fn testbed() -> Testbed {
     Testbed::from_env().unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn workload(report: &Report, what: &str) -> u64 {
+    report
+        .workload
+        .iter()
+        .find(|(k, _)| *k == what)
+        .map(|(_, v)| *v)
+        .unwrap_or_else(|| panic!("no workload counter {what:?}"))
 }
 
 fn backend(report: &Report, what: &str) -> u64 {
@@ -38,6 +50,8 @@ async fn our_sidecar_survives_a_bounded_chaos_run_without_violations() {
         settle: Duration::from_secs(90),
         teardown_check: true,
         keep_dir: false,
+        restores: chaos::run::DEFAULT_RESTORES,
+        clones: chaos::run::DEFAULT_CLONES,
     };
     let report = chaos::run(&testbed(), &cfg).await.expect("chaos run");
     let table = report.render();
@@ -59,6 +73,43 @@ async fn our_sidecar_survives_a_bounded_chaos_run_without_violations() {
     );
     assert!(report.sidecar_kills > 0, "no sidecar killed\n{table}");
     assert!(backend(&report, "volumes deleted") > 0, "{table}");
+    // Restores and clones were made, some from sources deleted mid-flight, and the
+    // data-source rows were judged.
+    for what in [
+        "restores (from a VolumeSnapshot)",
+        "  restores Bound at the end",
+        "clones (of a Bound claim)",
+        "  clones Bound at the end",
+        "VolumeSnapshots created",
+    ] {
+        assert!(workload(&report, what) > 0, "no {what}\n{table}");
+    }
+    assert!(
+        workload(&report, "snapshots deleted while a restore was pending")
+            + workload(&report, "source claims deleted while a clone was pending")
+            > 0,
+        "no source deleted mid-flight\n{table}"
+    );
+    assert!(backend(&report, "snapshots created") > 0, "{table}");
+    assert!(
+        backend(&report, "  cloned from a volume (created)") > 0,
+        "{table}"
+    );
+    assert!(
+        backend(&report, "  restored from a snapshot (created)") > 0,
+        "{table}"
+    );
+    for row in [
+        SOURCES_RELEASED,
+        NO_RESTORE_FROM_DELETED,
+        CLONE_SOURCE_KEPT,
+        MADE_FROM_SOURCE,
+    ] {
+        assert!(
+            report.invariants.iter().any(|r| r.name == row),
+            "no row {row:?}\n{table}"
+        );
+    }
     assert_eq!(report.violations(), 0, "\n{table}");
 }
 

@@ -321,6 +321,9 @@ impl Driver {
         let mut ledger = self.ledger();
         let outcome = self.create_or_find(&mut ledger, &req);
         let mut record = OperationRecord::new("CreateVolume", Some(req.name.clone()), None);
+        record.content_source = content_source_of(req.volume_content_source.as_ref())
+            .ok()
+            .flatten();
         let result = match outcome {
             Ok((volume, created)) => {
                 record.volume_id = Some(volume.volume_id.clone());

@@ -124,6 +124,11 @@ pub struct OperationRecord {
     /// records its creating call's keys itself). Values are never recorded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secret_keys: Vec<String>,
+    /// `CreateVolume` only: the content source the call asked for (a restore or a clone),
+    /// whatever its outcome, so a checker can tell when a source was used even after the
+    /// volume made from it is gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_source: Option<ContentSource>,
     /// Milliseconds since the Unix epoch.
     pub at_ms: u64,
 }
@@ -142,6 +147,7 @@ impl OperationRecord {
             created: false,
             deleted: false,
             secret_keys: Vec::new(),
+            content_source: None,
             at_ms: now_ms(),
         }
     }
@@ -252,6 +258,9 @@ mod tests {
             created: true,
             deleted: false,
             secret_keys: Vec::new(),
+            content_source: Some(ContentSource::Snapshot {
+                snapshot_id: "snap-1".into(),
+            }),
             at_ms: 2,
         });
         ledger.next_volume_seq = 2;
