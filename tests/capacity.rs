@@ -103,10 +103,10 @@ async fn gauge(address: &str, name: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
-#[tokio::test]
-async fn capacity_objects_follow_the_driver_classes_and_nodes() {
-    let address = free_address();
-    let mut rig = Rig::builder("capacity")
+/// A driver serving zone-a with 10Gi, a late-binding class, and the sidecar's capacity flags
+/// (the Pod of the owner and `NAMESPACE` are set before it is started).
+fn capacity_rig(prefix: &str) -> support::RigBuilder {
+    Rig::builder(prefix)
         .driver(|d| {
             d.topology = Some((ZONE.to_string(), "zone-a".to_string()));
             d.capacity_bytes = Some(10 * GI);
@@ -116,9 +116,15 @@ async fn capacity_objects_follow_the_driver_classes_and_nodes() {
             "--enable-capacity",
             "--capacity-ownerref-level=0",
             "--capacity-poll-interval=1h",
-            &format!("--http-endpoint={address}"),
         ])
         .without_sidecar()
+}
+
+#[tokio::test]
+async fn capacity_objects_follow_the_driver_classes_and_nodes() {
+    let address = free_address();
+    let mut rig = capacity_rig("capacity")
+        .sidecar_args(&[&format!("--http-endpoint={address}")])
         .start()
         .await;
     let node_a = rig.node_in_zone(ZONE, "zone-a").await;
@@ -272,18 +278,7 @@ struct Seen {
 
 async fn capacity_of(upstream: bool) -> Seen {
     let cluster = support::cluster().await;
-    let mut builder = Rig::builder("capacity-sbs")
-        .driver(|d| {
-            d.topology = Some((ZONE.to_string(), "zone-a".to_string()));
-            d.capacity_bytes = Some(10 * GI);
-        })
-        .class(|c| c.binding_mode("WaitForFirstConsumer"))
-        .sidecar_args(&[
-            "--enable-capacity",
-            "--capacity-ownerref-level=0",
-            "--capacity-poll-interval=1h",
-        ])
-        .without_sidecar();
+    let mut builder = capacity_rig("capacity-sbs");
     if upstream {
         // Upstream's informers need more than our RBAC grants: run it as the admin.
         builder = builder
