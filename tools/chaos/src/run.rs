@@ -208,6 +208,19 @@ impl Book {
         }
     }
 
+    /// Ends a scheduled deletion. One that gave up is no longer scheduled either, so that
+    /// the teardown deletes the claim again rather than leave it and call it a leak.
+    pub(crate) fn finish_delete(&self, name: &str, deleted: bool) {
+        if let Some(r) = self.records.lock().expect("poisoned").get_mut(name) {
+            r.deleted = deleted;
+            r.delete_scheduled = deleted;
+        }
+        if deleted {
+            self.sources.lock().expect("poisoned").remove(name);
+        }
+        self.pending.fetch_sub(1, Ordering::SeqCst);
+    }
+
     fn fate(&self, name: &str) -> Option<Fate> {
         self.records
             .lock()
@@ -234,45 +247,47 @@ pub(crate) fn delete_later(
 ) {
     tokio::spawn(async move {
         tokio::time::sleep(after).await;
-        let until = Instant::now() + API_PATIENCE;
-        while Instant::now() < until {
-            match api.delete(&name, &DeleteParams::default()).await {
-                Ok(_) => {
-                    mark_deleted(&book, &name);
-                    break;
-                }
-                Err(kube::Error::Api(s)) if s.code == 404 => {
-                    mark_deleted(&book, &name);
-                    break;
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
-            }
+        let result = retry_delete(&api, &name).await;
+        if let Err(e) = &result {
+            eprintln!("chaos: deleting claim {name} gave up: {e}");
         }
-        book.pending.fetch_sub(1, Ordering::SeqCst);
+        book.finish_delete(&name, result.is_ok());
     });
 }
 
-fn mark_deleted(book: &Book, name: &str) {
-    if let Some(r) = book.records.lock().expect("poisoned").get_mut(name) {
-        r.deleted = true;
+/// Deletes `name`, retrying API errors for [`API_PATIENCE`]; gone already counts as deleted.
+async fn retry_delete<K>(api: &Api<K>, name: &str) -> Result<(), String>
+where
+    K: Clone
+        + kube::core::Resource
+        + for<'de> k8s_openapi::serde::Deserialize<'de>
+        + std::fmt::Debug,
+{
+    let until = Instant::now() + API_PATIENCE;
+    let mut last = String::new();
+    while Instant::now() < until {
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    book.sources.lock().expect("poisoned").remove(name);
+    Err(last)
 }
 
 /// Deletes a VolumeSnapshot after `after` (retrying API errors), records it, counts down.
 fn delete_snapshot_later(api: Api<DynamicObject>, book: Arc<Book>, name: String, after: Duration) {
     tokio::spawn(async move {
         tokio::time::sleep(after).await;
-        let until = Instant::now() + API_PATIENCE;
-        while Instant::now() < until {
-            match api.delete(&name, &DeleteParams::default()).await {
-                Ok(_) => break,
-                Err(kube::Error::Api(s)) if s.code == 404 => break,
-                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
-            }
+        let result = retry_delete(&api, &name).await;
+        if let Err(e) = &result {
+            eprintln!("chaos: deleting VolumeSnapshot {name} gave up: {e}");
         }
         if let Some(s) = book.snapshots.lock().expect("poisoned").get_mut(&name) {
-            s.deleted = true;
+            // Not deleted: no longer scheduled either, so that the teardown deletes it.
+            s.deleted = result.is_ok();
+            s.delete_scheduled = result.is_ok();
         }
         book.pending.fetch_sub(1, Ordering::SeqCst);
     });
@@ -1008,4 +1023,55 @@ fn bound_at_end(snap: &Snapshot, kind: SourceKind) -> u64 {
         .filter(|c| !c.deleted && c.source.as_ref().is_some_and(|s| s.kind == kind))
         .filter(|c| bound.contains(c.uid.as_str()))
         .count() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(name: &str) -> Record {
+        Record {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            fate: Fate::Keep,
+            delete_scheduled: false,
+            deleted: false,
+            source: None,
+        }
+    }
+
+    #[test]
+    fn a_deletion_is_scheduled_once() {
+        let book = Book::default();
+        book.add(record("c-1"));
+        assert!(book.schedule("c-1"));
+        assert!(!book.schedule("c-1"), "already scheduled");
+        assert!(!book.schedule("c-2"), "not in the book");
+        assert_eq!(book.pending(), 1);
+    }
+
+    #[test]
+    fn a_finished_deletion_is_not_scheduled_again() {
+        let book = Book::default();
+        book.add(record("c-1"));
+        assert!(book.schedule("c-1"));
+        book.finish_delete("c-1", true);
+        assert_eq!(book.pending(), 0);
+        assert!(book.records()[0].deleted);
+        assert!(
+            !book.schedule("c-1"),
+            "deleted claims are not deleted again"
+        );
+    }
+
+    #[test]
+    fn a_deletion_that_gave_up_leaves_the_claim_to_the_teardown() {
+        let book = Book::default();
+        book.add(record("c-1"));
+        assert!(book.schedule("c-1"));
+        book.finish_delete("c-1", false);
+        assert_eq!(book.pending(), 0);
+        assert!(!book.records()[0].deleted);
+        assert!(book.schedule("c-1"), "the teardown can schedule it again");
+    }
 }
