@@ -539,7 +539,45 @@ where
     // The controllers drop these; an operator must see a watch that cannot
     // list or watch (RBAC, an API outage). The watcher retries with backoff.
     .inspect_err(|e| warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying"));
-    reflector(writer, stream).applied_objects()
+    let reader = writer.as_reader();
+    triggers(reader, reflector(writer, stream))
+}
+
+/// The objects to reconcile, from a reflector's events: each applied object,
+/// and after a (re)list every object of the store once the list is complete.
+///
+/// kube-runtime's reconciler reads the object from the store when it runs, and
+/// a reflector swaps a relist into its store only at its end (`InitDone`). An
+/// object triggered by its `InitApply` could be reconciled from the copy of
+/// before the relist, or skipped as unknown, and nothing would trigger it once
+/// the store held the listed copy: the change that the relist caught up with
+/// (a PV Released while the watch was gone, a claim created then) would never
+/// be acted on. So listed objects are triggered from the store after the swap.
+/// The store's objects are cloned one by one as the controller takes them.
+fn triggers<K, S>(
+    reader: reflector::Store<K>,
+    events: S,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
+    events.flat_map(move |event| {
+        let objects: Vec<Arc<K>> = match &event {
+            Ok(watcher::Event::InitDone) => reader.state(),
+            _ => Vec::new(),
+        };
+        let first = match event {
+            Ok(watcher::Event::Apply(obj)) => Some(Ok(obj)),
+            Ok(_) => None,
+            Err(e) => Some(Err(e)),
+        };
+        futures::stream::iter(
+            first
+                .into_iter()
+                .chain(objects.into_iter().map(|obj| Ok(K::clone(&obj)))),
+        )
+    })
 }
 
 fn drop_managed_fields<K: kube::Resource>(obj: &mut K) {
@@ -636,6 +674,65 @@ mod tests {
             .expect_err("the panic must reach the caller")
             .into_panic();
         assert_eq!(payload.downcast_ref::<&str>(), Some(&"boom"));
+    }
+
+    fn config_map(name: &str, data: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            data: Some([("v".to_string(), data.to_string())].into()),
+            ..Default::default()
+        }
+    }
+
+    /// For each trigger, the name and what the store holds for it as the
+    /// trigger is taken (what the reconciler would read).
+    async fn seen_by_reconciler(events: Vec<watcher::Event<ConfigMap>>) -> Vec<(String, String)> {
+        let (store, writer) = reflector::store::<ConfigMap>();
+        let stream = triggers(
+            store.clone(),
+            reflector(writer, futures::stream::iter(events.into_iter().map(Ok))),
+        );
+        futures::pin_mut!(stream);
+        let mut seen = Vec::new();
+        while let Some(obj) = stream.next().await {
+            let obj = obj.expect("no errors fed");
+            let held = store
+                .get(&reflector::ObjectRef::from_obj(&obj))
+                .map(|o| o.data.as_ref().unwrap()["v"].clone())
+                .unwrap_or_else(|| "(not in the store)".into());
+            seen.push((obj.metadata.name.clone().unwrap(), held));
+        }
+        seen
+    }
+
+    #[tokio::test]
+    async fn a_relisted_object_is_reconciled_from_the_listed_copy() {
+        use watcher::Event::*;
+        let seen = seen_by_reconciler(vec![
+            Init,
+            InitApply(config_map("a", "Bound")),
+            InitDone,
+            Apply(config_map("a", "Bound, with our finalizer")),
+            // The watch lost events (410 Gone): a relist finds `a` Released and a new `b`.
+            Init,
+            InitApply(config_map("a", "Released")),
+            InitApply(config_map("b", "new")),
+            InitDone,
+        ])
+        .await;
+        assert_eq!(
+            seen,
+            vec![
+                ("a".to_string(), "Bound".to_string()),
+                ("a".into(), "Bound, with our finalizer".into()),
+                ("a".into(), "Released".into()),
+                ("b".into(), "new".into()),
+            ]
+        );
     }
 
     #[tokio::test]
