@@ -93,6 +93,7 @@ fn run_config(cfg: &Config) -> RunConfig {
         retry_start: p.retry_interval_start,
         retry_max: p.retry_interval_max,
         worker_threads: p.worker_threads,
+        cloning_protection_threads: p.cloning_protection_threads,
         provision: ProvisionOptions {
             volume_name_prefix: p.volume_name_prefix.clone(),
             volume_name_uuid_length: p.volume_name_uuid_length.map_or(-1, |n| n as i32),

@@ -40,6 +40,8 @@ pub struct RunConfig {
     pub retry_start: Duration,
     pub retry_max: Duration,
     pub worker_threads: usize,
+    /// `--cloning-protection-threads` (at least 1).
+    pub cloning_protection_threads: usize,
     pub provision: ProvisionOptions,
     /// `VolumeAttributesClass` was not set on the command line: as upstream,
     /// turn it off if the API server does not serve the kind.
@@ -271,6 +273,7 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
             deleted: Default::default(),
         },
         capacity: capacity.as_ref().map(|c| c.3.clone()),
+        clone_releases: tokio::sync::Semaphore::new(cfg.cloning_protection_threads.max(1)),
     });
 
     let workers = controller::Config::default().concurrency(cfg.worker_threads as u16);

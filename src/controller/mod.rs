@@ -49,6 +49,10 @@ pub struct Context {
     /// With `--enable-capacity`: poked when a volume was provisioned or
     /// deleted, so that the capacity objects follow at once.
     pub capacity: Option<Arc<tokio::sync::Notify>>,
+    /// `--cloning-protection-threads`: how many removals of the cloning
+    /// protection run at once (the workers of upstream's cloning-protection
+    /// controller; here the claim workers do the work, this bounds it).
+    pub clone_releases: tokio::sync::Semaphore,
 }
 
 /// The reflector caches: for finding work, never for deciding an

@@ -77,6 +77,11 @@ pub async fn release_clone_source(
         debug!(claim = %view.key(), "a clone of it is pending: keeping its protection");
         return Ok(Action::requeue(ctx.claims.next_delay(view.uid())));
     }
+    let _worker = ctx
+        .clone_releases
+        .acquire()
+        .await
+        .expect("the semaphore is never closed");
     let api = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), view.namespace());
     remove_finalizer(&api, claim, keys::FINALIZER_CLONE_SOURCE)
         .await

@@ -204,6 +204,7 @@ impl Rig {
                 deleted: Default::default(),
             },
             capacity: None,
+            clone_releases: tokio::sync::Semaphore::new(1),
         };
         Rig {
             ctx,
