@@ -31,16 +31,10 @@ const MAX_VOLUME_NAME_UUID_LENGTH: i64 = 32;
 /// Flags accepted for compatibility whose feature is not built yet. Turning
 /// one on is an error rather than silently running without the behaviour a
 /// manifest asked for. Delete a row when its feature lands.
-const NOT_SUPPORTED_YET: &[NotSupported] = &[
-    NotSupported {
-        flag: "--node-deployment",
-        enabled: |a| a.node_deployment.node_deployment,
-    },
-    NotSupported {
-        flag: "--enable-pprof",
-        enabled: |a| a.http.enable_pprof,
-    },
-];
+const NOT_SUPPORTED_YET: &[NotSupported] = &[NotSupported {
+    flag: "--enable-pprof",
+    enabled: |a| a.http.enable_pprof,
+}];
 
 struct NotSupported {
     /// How the error names what was asked for.
@@ -2484,9 +2478,8 @@ mod tests {
     fn features_not_built_yet_are_rejected_when_turned_on() {
         let full_env = env(&[("NODE_NAME", "n"), ("NAMESPACE", "ns"), ("POD_NAME", "p")]);
         let cases: &[(&[&str], &str)] = &[
-            (&["--node-deployment"], "--node-deployment"),
-            (&["-node-deployment=true"], "--node-deployment"),
             (&["--enable-pprof"], "--enable-pprof"),
+            (&["-enable-pprof=true"], "--enable-pprof"),
         ];
         for (args, flag) in cases {
             // Rejected even when everything the feature needs is present,

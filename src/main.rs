@@ -110,6 +110,7 @@ fn run_config(cfg: &Config) -> RunConfig {
         discover_volume_attributes_class: cfg.feature_gates.volume_attributes_class.is_none(),
         snapshot_orphan_sweep_interval: p.snapshot_orphan_sweep_interval,
         capacity: cfg.capacity.clone(),
+        node_deployment: cfg.node_deployment.clone(),
         http_endpoint: cfg.http.as_ref().map(|h| h.address.clone()),
         leader_health: cfg.http.as_ref().is_some_and(|h| h.leader_election_health),
         metrics_path: cfg

@@ -55,6 +55,8 @@ pub struct RunConfig {
     pub snapshot_orphan_sweep_interval: Option<Duration>,
     /// `--enable-capacity` and its settings; `None`: no capacity tracking.
     pub capacity: Option<crate::config::CapacityConfig>,
+    /// `--node-deployment` and its settings; `None`: central deployment.
+    pub node_deployment: Option<crate::config::NodeDeploymentConfig>,
 }
 
 #[derive(Clone, Debug)]
@@ -87,6 +89,8 @@ pub enum FatalError {
     LeaseLost(#[from] crate::kube::lease::LeaseError),
     #[error(transparent)]
     Capacity(#[from] crate::controller::capacity::StartError),
+    #[error("failed to get node info from the CSI driver: {0}")]
+    NodeInfo(tonic::Status),
 }
 
 /// The runtime every command of this program runs on: one thread. The
@@ -119,7 +123,7 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
         _ = stop.cancelled() => return Ok(()),
     };
     let host = hostname();
-    let identity = format!(
+    let mut identity = format!(
         "{}-{}-{}",
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -128,6 +132,27 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
         rand::random_range(0..10000),
         info.name
     );
+    // One sidecar per node: what the driver says about this node, fatal on
+    // error as upstream; the identity names the node too.
+    let node = match &cfg.node_deployment {
+        None => None,
+        Some(nd) => {
+            let info = csi.node_get_info().await.map_err(FatalError::NodeInfo)?;
+            let topology = info
+                .accessible_topology
+                .map(|t| t.segments.into_iter().collect());
+            info!(node = %nd.node_name, node_id = %info.node_id, ?topology, "node deployment");
+            identity.push('-');
+            identity.push_str(&nd.node_name);
+            Some(crate::controller::node::NodeMode {
+                name: nd.node_name.clone(),
+                topology,
+                immediate_binding: nd.immediate_binding,
+                race_delay: Backoff::new(nd.base_delay, nd.max_delay),
+                base_delay: nd.base_delay,
+            })
+        }
+    };
     info!(driver = %info.name, version = %info.vendor_version, ?capabilities, "connected to CSI driver");
     let driver = DriverInfo {
         name: info.name.clone(),
@@ -274,6 +299,7 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
         },
         capacity: capacity.as_ref().map(|c| c.3.clone()),
         clone_releases: tokio::sync::Semaphore::new(cfg.cloning_protection_threads.max(1)),
+        node,
     });
 
     let workers = controller::Config::default().concurrency(cfg.worker_threads as u16);

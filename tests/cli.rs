@@ -93,13 +93,23 @@ fn go_style_single_dash_flags_and_verbosity_are_accepted() {
 
 #[test]
 fn a_feature_that_is_not_built_yet_stops_the_process() {
-    let out = run(&["--csi-address=/nonexistent.sock", "--node-deployment"]);
+    let out = run(&["--csi-address=/nonexistent.sock", "--enable-pprof"]);
     assert!(!out.status.success(), "{}", stderr(&out));
     assert_one_line(&out, "not supported yet");
-    assert!(
-        stderr(&out).contains("--node-deployment"),
-        "{}",
-        stderr(&out)
+    assert!(stderr(&out).contains("--enable-pprof"), "{}", stderr(&out));
+}
+
+#[test]
+fn node_deployment_without_node_name_stops_the_process_with_one_reason() {
+    let out = Command::new(workspace_bin("csi-provisioner"))
+        .args(["--csi-address=/nonexistent.sock", "--node-deployment"])
+        .env_remove("NODE_NAME")
+        .output()
+        .expect("running csi-provisioner");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_one_line(
+        &out,
+        "--node-deployment requires the NODE_NAME environment variable",
     );
 }
 
@@ -402,7 +412,7 @@ fn help_says_what_the_program_is_then_groups_the_flags() {
 #[test]
 fn help_says_which_flags_are_not_built_yet() {
     let help = String::from_utf8_lossy(&run(&["--help"]).stdout).into_owned();
-    for flag in ["--node-deployment", "--enable-pprof"] {
+    for flag in ["--enable-pprof"] {
         let at = help.find(&format!("{flag}[")).expect(flag);
         let entry: String = help[at..].lines().take(5).collect::<Vec<_>>().join("\n");
         assert!(entry.contains("not built yet"), "{flag}:\n{entry}");

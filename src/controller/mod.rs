@@ -8,6 +8,7 @@
 
 pub mod capacity;
 pub mod claim;
+pub mod node;
 pub mod snapshot_sweep;
 mod topology;
 pub mod volume;
@@ -53,6 +54,8 @@ pub struct Context {
     /// protection run at once (the workers of upstream's cloning-protection
     /// controller; here the claim workers do the work, this bounds it).
     pub clone_releases: tokio::sync::Semaphore,
+    /// `--node-deployment`: this replica's node; `None`: central deployment.
+    pub node: Option<node::NodeMode>,
 }
 
 /// The reflector caches: for finding work, never for deciding an

@@ -35,12 +35,37 @@ pub async fn requirements(
     if !(ctx.driver.capabilities.accessibility_constraints && ctx.options.topology_gate) {
         return Ok(None);
     }
+    let allowed = class.allowed_topologies.clone().unwrap_or_default();
+    let opts = &ctx.options;
+    let name = claim.name_any();
+    if let Some(node) = &ctx.node {
+        // One sidecar per node: this node is the only one there is, as
+        // upstream's node mode sees it (its topology from `NodeGetInfo`, no
+        // Node or CSINode read).
+        let segment = node.topology.clone().unwrap_or_default();
+        let here = SelectedNode {
+            name: node.name.clone(),
+            keys: segment.keys().cloned().collect(),
+            labels: segment.clone(),
+        };
+        let cluster: Vec<Segments> = if segment.is_empty() {
+            Vec::new()
+        } else {
+            vec![segment]
+        };
+        return Ok(topology::requirements(&TopologyInputs {
+            selected: Some(&here),
+            allowed: &allowed,
+            cluster: &cluster,
+            strict: opts.strict_topology,
+            immediate: opts.immediate_topology,
+            claim_name: &name,
+        })?);
+    }
     let selected = match ClaimView(claim).selected_node() {
         Some(name) => Some(selected_node(ctx, name).await?),
         None => None,
     };
-    let allowed = class.allowed_topologies.clone().unwrap_or_default();
-    let opts = &ctx.options;
     let cluster = if topology::needs_cluster_topology(
         opts.strict_topology,
         selected.is_some(),
@@ -55,7 +80,6 @@ pub async fn requirements(
     } else {
         Vec::new()
     };
-    let name = claim.name_any();
     Ok(topology::requirements(&TopologyInputs {
         selected: selected.as_ref(),
         allowed: &allowed,

@@ -14,7 +14,7 @@ use kube::runtime::controller::Action;
 use tonic::Status;
 use tracing::{debug, info, warn};
 
-use super::Context;
+use super::{Context, node};
 use crate::keys;
 use crate::kube::slim::Pv;
 use crate::kube::{
@@ -110,6 +110,17 @@ pub async fn reconcile(pv: Arc<Pv>, ctx: Arc<Context>) -> Result<Action, VolumeE
             remove_finalizer(&api, pv.as_ref(), keys::FINALIZER_PV).await?;
         }
         Work::Delete if ctx.volumes.deleted.contains(&uid) => {}
+        // One sidecar per node: a PV made on another node is that node's to delete.
+        Work::Delete
+            if ctx.node.as_ref().is_some_and(|n| {
+                !node::accessible(
+                    pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()),
+                    n.topology.as_ref(),
+                )
+            }) =>
+        {
+            debug!(pv = %pv.name_any(), "not provisioned on this node");
+        }
         Work::Delete => delete(&ctx, &pv).await?,
     }
     ctx.volumes.backoff.reset(&pv.name_any());

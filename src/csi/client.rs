@@ -198,6 +198,19 @@ impl CsiClient {
         pb::identity_client::IdentityClient::new(self.channel.clone())
     }
 
+    fn node(&self) -> pb::node_client::NodeClient<Channel> {
+        pb::node_client::NodeClient::new(self.channel.clone())
+    }
+
+    /// `NodeGetInfo`: the node's id and topology (`--node-deployment`).
+    pub async fn node_get_info(&self) -> Result<pb::NodeGetInfoResponse, Status> {
+        self.call(
+            "/csi.v1.Node/NodeGetInfo",
+            self.node().node_get_info(pb::NodeGetInfoRequest {}),
+        )
+        .await
+    }
+
     fn controller(&self) -> pb::controller_client::ControllerClient<Channel> {
         pb::controller_client::ControllerClient::new(self.channel.clone())
     }

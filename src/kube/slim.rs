@@ -46,6 +46,10 @@ pub struct PvSpec {
     pub persistent_volume_reclaim_policy: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_class_name: Option<String>,
+    /// Where the volume is accessible: `--node-deployment` deletes only
+    /// this node's PVs. Absent for drivers without topology.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_affinity: Option<k8s_openapi::api::core::v1::VolumeNodeAffinity>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]

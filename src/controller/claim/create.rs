@@ -33,6 +33,7 @@ use super::decide::{Gate, Work, gate, work_for};
 use super::error::{ClaimError, labels, report};
 use super::intent::{self, Confirmed};
 use super::protect;
+use crate::controller::node::{NodeGate, node_gate, race};
 use crate::controller::topology::{self, TopologyError};
 use crate::controller::{Context, bound_claim_uid};
 use crate::csi::{CsiErrorClass, classify, pb};
@@ -66,6 +67,20 @@ pub async fn provision(
     let class = class_of(ctx, view).map_err(|e| report(ctx, cached, e))?;
     if gate(view, &class, &ctx.driver.name) != Gate::Go {
         return Ok(Action::await_change());
+    }
+    if let Some(node) = &ctx.node {
+        match node_gate(view, &class, node) {
+            NodeGate::ThisNode => {}
+            NodeGate::OtherNode | NodeGate::NotHere => return Ok(Action::await_change()),
+            NodeGate::RaceForIt => {
+                return race(ctx, node, cached)
+                    .await
+                    .map_err(|source| ClaimError::Read {
+                        what: "PersistentVolumeClaim (taking it for this node)",
+                        source,
+                    });
+            }
+        }
     }
     if let Some(wait) = ctx
         .claims
@@ -128,6 +143,10 @@ pub async fn provision(
                 let still = ClaimView(&fresh);
                 if work_for(still, &ctx.driver.name) != Work::Provision
                     || gate(still, &class, &ctx.driver.name) != Gate::Go
+                    || ctx
+                        .node
+                        .as_ref()
+                        .is_some_and(|n| node_gate(still, &class, n) != NodeGate::ThisNode)
                 {
                     debug!(claim = %view.key(), "no longer needs a volume from us");
                     return Ok(Action::await_change());

@@ -39,7 +39,20 @@ use decide::{Work, work_for};
 pub async fn reconcile(claim: Arc<Claim>, ctx: Arc<Context>) -> Result<Action, ClaimError> {
     let claim = &claim.0;
     let view = ClaimView(claim);
-    let action = match work_for(view, &ctx.driver.name) {
+    let work = match work_for(view, &ctx.driver.name) {
+        // With one sidecar per node, a claim's intent and its volume belong
+        // to the node it was provisioned for: only that node cleans up.
+        Work::Abandon | Work::ReleaseIntent
+            if ctx
+                .node
+                .as_ref()
+                .is_some_and(|n| view.selected_node() != Some(n.name.as_str())) =>
+        {
+            Work::Nothing
+        }
+        work => work,
+    };
+    let action = match work {
         Work::Nothing => {
             ctx.claims.forget(view.uid());
             Action::await_change()

@@ -205,6 +205,7 @@ impl Rig {
             },
             capacity: None,
             clone_releases: tokio::sync::Semaphore::new(1),
+            node: None,
         };
         Rig {
             ctx,
