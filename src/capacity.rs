@@ -19,6 +19,49 @@ pub const LABEL_MANAGED_BY: &str = "csi.storage.k8s.io/managed-by";
 /// `managed-by` of a central (not per-node) deployment, as upstream.
 pub const MANAGED_BY: &str = "external-provisioner";
 
+/// `managed-by` of the objects of one sidecar: [`MANAGED_BY`], or with
+/// `--node-deployment` `external-provisioner-<node>`, shortened as upstream
+/// does to fit a label value (63 characters).
+pub fn managed_by(node: Option<&str>) -> String {
+    match node {
+        None => MANAGED_BY.to_string(),
+        Some(node) => name_with_max_length(MANAGED_BY, node, 63),
+    }
+}
+
+/// `<base>-<node>` (or `<node>` alone for an empty base) when it fits in
+/// `max` bytes. Otherwise, upstream's shortening: the base cut down to make
+/// room for the FNV-32a hash of the base and the whole node name
+/// (`<cut base>-<hash of base>-<node>`), or, when the node name alone leaves
+/// no room, the base and the hash of the whole joined name.
+fn name_with_max_length(base: &str, node: &str, max: usize) -> String {
+    let joined = if base.is_empty() {
+        node.to_string()
+    } else {
+        format!("{base}-{node}")
+    };
+    if joined.len() <= max {
+        return joined;
+    }
+    const HASH: usize = 8;
+    let room = max.saturating_sub(node.len() + HASH + 2);
+    if !base.is_empty() && room >= 1 {
+        let cut = &base[..room.min(base.len())];
+        format!("{cut}-{:08x}-{node}", fnv32a(base))
+    } else if base.is_empty() {
+        format!("{:08x}", fnv32a(&joined))
+    } else {
+        format!("{base}-{:08x}", fnv32a(&joined))
+    }
+}
+
+/// FNV-1a, 32 bits.
+fn fnv32a(s: &str) -> u32 {
+    s.bytes().fold(0x811c_9dc5, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
+
 /// Topology labels and their values; empty: every node.
 pub type Segment = BTreeMap<String, String>;
 
@@ -208,6 +251,7 @@ pub fn object(
     item: &Item,
     answer: Answer,
     driver: &str,
+    managed_by: &str,
     namespace: &str,
     owner: Option<&OwnerReference>,
 ) -> CSIStorageCapacity {
@@ -218,7 +262,7 @@ pub fn object(
             labels: Some(
                 [
                     (LABEL_DRIVER.to_string(), driver.to_string()),
-                    (LABEL_MANAGED_BY.to_string(), MANAGED_BY.to_string()),
+                    (LABEL_MANAGED_BY.to_string(), managed_by.to_string()),
                 ]
                 .into(),
             ),
@@ -395,7 +439,7 @@ mod tests {
     }
 
     fn existing(name: &str, item: &Item, available: i64, created: i64) -> CSIStorageCapacity {
-        let mut o = object(item, answer(available), DRIVER, "ns", None);
+        let mut o = object(item, answer(available), DRIVER, MANAGED_BY, "ns", None);
         o.metadata.name = Some(name.into());
         o.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             k8s_openapi::jiff::Timestamp::from_second(created).unwrap(),
@@ -494,6 +538,33 @@ mod tests {
     }
 
     #[test]
+    fn managed_by_names_the_node_within_a_label_value() {
+        let a = |n: usize| format!("node{}", "a".repeat(n));
+        // Upstream's own cases (cmd/csi-provisioner util_test.go), same inputs and outputs.
+        let cases: Vec<(&str, String, String)> = vec![
+            (
+                MANAGED_BY,
+                "node01".into(),
+                "external-provisioner-node01".into(),
+            ),
+            ("", "node01".into(), "node01".into()),
+            (MANAGED_BY, a(38), format!("external-provisioner-{}", a(38))),
+            (MANAGED_BY, a(39), format!("external-p-53f40b57-{}", a(39))),
+            (MANAGED_BY, a(48), format!("e-53f40b57-{}", a(48))),
+            (MANAGED_BY, a(49), "external-provisioner-a3607ff1".into()),
+            (MANAGED_BY, a(63), "external-provisioner-df38e37f".into()),
+            ("", a(63), "fa65587e".into()),
+        ];
+        for (base, node, want) in cases {
+            let got = name_with_max_length(base, &node, 63);
+            assert_eq!(got, want, "{base:?} {node:?}");
+            assert!(got.len() <= 63);
+        }
+        assert_eq!(managed_by(None), "external-provisioner");
+        assert_eq!(managed_by(Some("n1")), "external-provisioner-n1");
+    }
+
+    #[test]
     fn objects_are_written_as_upstream_writes_them() {
         let o = object(
             &item("fast", "a"),
@@ -502,6 +573,7 @@ mod tests {
                 maximum_volume_size: Some(1 << 30),
             },
             DRIVER,
+            MANAGED_BY,
             "kube-system",
             None,
         );

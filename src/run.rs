@@ -375,6 +375,9 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
                     owner,
                     gauges,
                     trigger,
+                    managed_by: crate::capacity::managed_by(
+                        ctx.node.as_ref().map(|n| n.name.as_str()),
+                    ),
                 },
                 stop.clone(),
             )))

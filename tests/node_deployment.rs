@@ -39,6 +39,7 @@ impl Node {
         self.sidecar = Some(ChildProcess::spawn(
             Command::new(&rig.binary)
                 .args(&self.args)
+                .envs(rig.env.iter().cloned())
                 .env("NODE_NAME", self.name),
         ));
     }
@@ -69,11 +70,20 @@ fn sidecar_args(rig: &Rig, driver: &DriverProcess) -> Vec<String> {
 }
 
 /// The rig's driver is node A's; nodes B and C get drivers of their own with the same name.
-async fn three_nodes(prefix: &str) -> (Rig, Vec<Node>) {
-    let rig = Rig::builder(prefix)
+/// With `capacity`, the sidecars track storage capacity (10 GiB per node's driver) in the
+/// rig's namespace.
+async fn three_nodes(prefix: &str, capacity: bool) -> (Rig, Vec<Node>) {
+    let capacity_bytes = capacity.then_some(10 << 30);
+    let capacity_args: &[&str] = if capacity {
+        &["--enable-capacity", "--capacity-ownerref-level=-1"]
+    } else {
+        &[]
+    };
+    let mut rig = Rig::builder(prefix)
         .driver(|d| {
             d.node_id = NODES[0].into();
             d.topology = Some((NODE_KEY.into(), NODES[0].into()));
+            d.capacity_bytes = capacity_bytes;
         })
         .class(|c| c.binding_mode("WaitForFirstConsumer"))
         .sidecar_args(&[
@@ -84,9 +94,13 @@ async fn three_nodes(prefix: &str) -> (Rig, Vec<Node>) {
             "--retry-interval-start=200ms",
             "--retry-interval-max=2s",
         ])
+        .sidecar_args(capacity_args)
         .without_sidecar()
         .start()
         .await;
+    if capacity {
+        rig.env.push(("NAMESPACE".into(), rig.ns.name.clone()));
+    }
     let mut nodes = vec![Node {
         name: NODES[0],
         driver: None,
@@ -106,6 +120,7 @@ async fn three_nodes(prefix: &str) -> (Rig, Vec<Node>) {
                 drivername: rig.driver_name.clone(),
                 node_id: (*name).into(),
                 topology: Some((NODE_KEY.into(), (*name).into())),
+                capacity_bytes,
                 seed: i as u64 + 1,
                 ..DriverOptions::default()
             },
@@ -196,7 +211,7 @@ async fn wait_every_volume_gone(rig: &Rig, nodes: &[Node]) {
 
 #[tokio::test]
 async fn each_claim_gets_one_volume_on_its_own_node() {
-    let (rig, nodes) = three_nodes("node-deployment").await;
+    let (rig, nodes) = three_nodes("node-deployment", false).await;
     let immediate = immediate_class(&rig).await;
 
     // WaitForFirstConsumer: two claims selected for each node.
@@ -272,7 +287,7 @@ async fn each_claim_gets_one_volume_on_its_own_node() {
 
 #[tokio::test]
 async fn a_sidecar_killed_mid_run_leaves_one_volume_per_claim() {
-    let (rig, mut nodes) = three_nodes("node-deployment-kill").await;
+    let (rig, mut nodes) = three_nodes("node-deployment-kill", false).await;
     let immediate = immediate_class(&rig).await;
     let mut names = Vec::new();
     for i in 0..12 {
@@ -304,6 +319,58 @@ async fn a_sidecar_killed_mid_run_leaves_one_volume_per_claim() {
         rig.delete_claim(name).await;
     }
     wait_every_volume_gone(&rig, &nodes).await;
+    drop(nodes);
+    rig.ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn each_node_publishes_its_own_capacity() {
+    use csi_provisioner::capacity::{LABEL_DRIVER, LABEL_MANAGED_BY};
+    use k8s_openapi::api::storage::v1::CSIStorageCapacity;
+    use kube::api::ListParams;
+
+    let (rig, nodes) = three_nodes("node-deployment-capacity", true).await;
+    let objects: Api<CSIStorageCapacity> = Api::namespaced(rig.client.clone(), &rig.ns.name);
+    let selector = format!("{LABEL_DRIVER}={}", rig.driver_name);
+    // One object per node for the late-binding class: that node's segment, its own
+    // managed-by, what its own driver reports.
+    let want: Vec<(String, String, String, String)> = NODES
+        .iter()
+        .map(|n| {
+            (
+                format!("external-provisioner-{n}"),
+                rig.class.clone(),
+                (*n).to_string(),
+                "10Gi".to_string(),
+            )
+        })
+        .collect();
+    wait_for("one CSIStorageCapacity per node", DEADLINE, || async {
+        let mut got: Vec<(String, String, String, String)> = objects
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .expect("listing CSIStorageCapacity")
+            .items
+            .into_iter()
+            .map(|o| {
+                let node = o
+                    .node_topology
+                    .as_ref()
+                    .and_then(|t| t.match_labels.as_ref())
+                    .and_then(|l| l.get(NODE_KEY).cloned())
+                    .unwrap_or_default();
+                (
+                    o.metadata.labels.unwrap_or_default()[LABEL_MANAGED_BY].clone(),
+                    o.storage_class_name,
+                    node,
+                    o.capacity.map(|q| q.0).unwrap_or_default(),
+                )
+            })
+            .collect();
+        got.sort();
+        if got == want { Ok(()) } else { Err(got) }
+    })
+    .await;
     drop(nodes);
     rig.ns.cleanup().await;
 }

@@ -178,6 +178,8 @@ pub struct Tracker {
     pub gauges: Gauges,
     /// Poked after provisioning and deletion (`Context::capacity`).
     pub trigger: Arc<Notify>,
+    /// The `managed-by` label of our objects ([`capacity::managed_by`]).
+    pub managed_by: String,
 }
 
 pub async fn run(tracker: Tracker, stop: CancellationToken) {
@@ -220,7 +222,7 @@ pub async fn run(tracker: Tracker, stop: CancellationToken) {
     let poke = changed.clone();
     let object_watch = watcher(
         Api::<CSIStorageCapacity>::namespaced(client.clone(), &tracker.config.namespace),
-        watcher::Config::default().labels(&selector(&tracker.ctx.driver.name)),
+        watcher::Config::default().labels(&selector(&tracker.ctx.driver.name, &tracker.managed_by)),
     )
     .default_backoff()
     .for_each(move |event| {
@@ -231,12 +233,24 @@ pub async fn run(tracker: Tracker, stop: CancellationToken) {
         }
         async {}
     });
+    // With `--node-deployment` the segment is this node's: no CSINode or
+    // Node is watched (as upstream).
+    let central = tracker.ctx.node.is_none();
     let watches = async {
-        tokio::join!(csinode_watch, node_watch, class_watch, object_watch);
+        let topology = async {
+            if central {
+                tokio::join!(csinode_watch, node_watch);
+            }
+        };
+        tokio::join!(topology, class_watch, object_watch);
     };
     let passes = async {
         tokio::select! {
-            _ = async { tokio::join!(csinodes.wait_until_ready(), nodes.wait_until_ready()) } => {}
+            _ = async {
+                if central {
+                    let _ = tokio::join!(csinodes.wait_until_ready(), nodes.wait_until_ready());
+                }
+            } => {}
             _ = stop.cancelled() => return,
         }
         info!(namespace = %tracker.config.namespace, every = ?tracker.config.poll_interval, "tracking storage capacity");
@@ -259,12 +273,11 @@ pub async fn run(tracker: Tracker, stop: CancellationToken) {
     }
 }
 
-fn selector(driver: &str) -> String {
+fn selector(driver: &str, managed_by: &str) -> String {
     format!(
-        "{}={driver},{}={}",
+        "{}={driver},{}={managed_by}",
         capacity::LABEL_DRIVER,
         capacity::LABEL_MANAGED_BY,
-        capacity::MANAGED_BY
     )
 }
 
@@ -282,7 +295,12 @@ async fn pass(
         .iter()
         .map(|n| (n.name_any(), n.labels().clone()))
         .collect();
-    let segments = capacity::segments(driver, &csinodes, &labels);
+    // One sidecar per node: its one segment, from `NodeGetInfo` (upstream's
+    // fixed node topology); no CSINode or Node is read.
+    let segments = match &ctx.node {
+        Some(node) => vec![node.topology.clone().unwrap_or_default()],
+        None => capacity::segments(driver, &csinodes, &labels),
+    };
     let classes: Vec<StorageClass> = ctx
         .caches
         .classes
@@ -322,7 +340,7 @@ async fn pass(
     let api =
         Api::<CSIStorageCapacity>::namespaced(tracker.client.clone(), &tracker.config.namespace);
     let existing = match api
-        .list(&ListParams::default().labels(&selector(driver)))
+        .list(&ListParams::default().labels(&selector(driver, &tracker.managed_by)))
         .await
     {
         Ok(list) => list.items,
@@ -339,8 +357,14 @@ async fn pass(
     for change in changes {
         let result = match &change {
             Change::Create(item, answer) => {
-                let object =
-                    capacity::object(item, *answer, driver, &tracker.config.namespace, owner);
+                let object = capacity::object(
+                    item,
+                    *answer,
+                    driver,
+                    &tracker.managed_by,
+                    &tracker.config.namespace,
+                    owner,
+                );
                 api.create(&PostParams::default(), &object).await.map(|created| {
                     debug!(name = %created.name_any(), class = %item.class, segment = ?item.segment, capacity = answer.available, "created CSIStorageCapacity");
                 })

@@ -337,6 +337,14 @@ mod tests {
         }
     }
 
+    /// (what, the PV's affinity, the node's topology, accessible).
+    type Case<'a> = (
+        &'a str,
+        Option<VolumeNodeAffinity>,
+        Option<&'a BTreeMap<String, String>>,
+        bool,
+    );
+
     #[test]
     fn a_pv_is_deleted_only_by_the_node_it_is_accessible_from() {
         let here: BTreeMap<String, String> = [
@@ -344,12 +352,7 @@ mod tests {
             ("rack".to_string(), "1".to_string()),
         ]
         .into();
-        let cases: Vec<(
-            &str,
-            Option<VolumeNodeAffinity>,
-            Option<&BTreeMap<String, String>>,
-            bool,
-        )> = vec![
+        let cases: Vec<Case> = vec![
             ("no affinity", None, Some(&here), true),
             (
                 "no node topology",
