@@ -73,7 +73,16 @@ fn sidecar_args(rig: &Rig, driver: &DriverProcess) -> Vec<String> {
 /// With `capacity`, the sidecars track storage capacity (10 GiB per node's driver) in the
 /// rig's namespace.
 async fn three_nodes(prefix: &str, capacity: bool) -> (Rig, Vec<Node>) {
-    let capacity_bytes = capacity.then_some(10 << 30);
+    three_nodes_with(prefix, capacity, capacity.then_some([10 << 30; 3])).await
+}
+
+/// [`three_nodes`], with each node's driver reporting its own capacity (`GetCapacity`).
+async fn three_nodes_with(
+    prefix: &str,
+    capacity: bool,
+    capacities: Option<[i64; 3]>,
+) -> (Rig, Vec<Node>) {
+    let capacity_bytes = |i: usize| capacities.map(|c| c[i]);
     let capacity_args: &[&str] = if capacity {
         &["--enable-capacity", "--capacity-ownerref-level=-1"]
     } else {
@@ -83,7 +92,7 @@ async fn three_nodes(prefix: &str, capacity: bool) -> (Rig, Vec<Node>) {
         .driver(|d| {
             d.node_id = NODES[0].into();
             d.topology = Some((NODE_KEY.into(), NODES[0].into()));
-            d.capacity_bytes = capacity_bytes;
+            d.capacity_bytes = capacity_bytes(0);
         })
         .class(|c| c.binding_mode("WaitForFirstConsumer"))
         .sidecar_args(&[
@@ -120,7 +129,7 @@ async fn three_nodes(prefix: &str, capacity: bool) -> (Rig, Vec<Node>) {
                 drivername: rig.driver_name.clone(),
                 node_id: (*name).into(),
                 topology: Some((NODE_KEY.into(), (*name).into())),
-                capacity_bytes,
+                capacity_bytes: capacity_bytes(i),
                 seed: i as u64 + 1,
                 ..DriverOptions::default()
             },
@@ -371,6 +380,37 @@ async fn each_node_publishes_its_own_capacity() {
         if got == want { Ok(()) } else { Err(got) }
     })
     .await;
+    drop(nodes);
+    rig.ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_node_without_room_does_not_take_an_immediate_claim() {
+    // Node A's driver has 512 MiB free, the claims ask for 1 GiB: B and C share them.
+    let (rig, nodes) = three_nodes_with(
+        "node-deployment-room",
+        false,
+        Some([512 << 20, 10 << 30, 10 << 30]),
+    )
+    .await;
+    let immediate = immediate_class(&rig).await;
+    let names: Vec<String> = (0..6).map(|i| format!("big-{i}")).collect();
+    for name in &names {
+        rig.create_claim(rig.claim(name).class(&immediate)).await;
+    }
+    for name in &names {
+        let pv = rig.wait_bound(name).await;
+        let on = accessible_node(&pv).expect("the PV names its node");
+        assert_ne!(on, NODES[0], "claim {name} went to the node without room");
+    }
+    assert!(
+        nodes[0].ledger(&rig).await.volumes.is_empty(),
+        "node A created nothing"
+    );
+    for name in &names {
+        rig.delete_claim(name).await;
+    }
+    wait_every_volume_gone(&rig, &nodes).await;
     drop(nodes);
     rig.ns.cleanup().await;
 }

@@ -28,7 +28,7 @@ use tracing::{debug, info};
 use super::{Backoff, Context};
 use crate::keys;
 use crate::kube::is_conflict;
-use crate::provision::ClaimView;
+use crate::provision::{ClaimView, quantity};
 
 /// This replica's node: its name (`NODE_NAME`) and what the driver's
 /// `NodeGetInfo` said about it.
@@ -163,6 +163,7 @@ pub async fn race(
     ctx: &Context,
     node: &NodeMode,
     claim: &PersistentVolumeClaim,
+    class: &StorageClass,
 ) -> Result<Action, kube::Error> {
     let view = ClaimView(claim);
     let delay = race_delay(node, view.uid());
@@ -175,6 +176,8 @@ pub async fn race(
             Some(cached) if cached.0.uid() == claim.uid() => {
                 if ClaimView(&cached.0).selected_node().is_some() {
                     debug!(claim = %view.key(), "another node took it");
+                    // Should it come back (rescheduled), the delay starts afresh.
+                    node.race_delay.reset(view.uid());
                     return Ok(Action::await_change());
                 }
                 cached.0.resource_version()
@@ -188,6 +191,18 @@ pub async fn race(
         }
         tokio::time::sleep(poll.min(until - now)).await;
     };
+    // As late as possible, as upstream: is there room here now? A failed
+    // check does not stop the race (provisioning then tells the user why).
+    match has_room(ctx, node, claim, class).await {
+        Ok(false) => {
+            debug!(claim = %view.key(), "not enough capacity on this node: not taking it");
+            return Ok(Action::requeue(race_delay(node, view.uid())));
+        }
+        Ok(true) => {}
+        Err(status) => {
+            debug!(claim = %view.key(), code = ?status.code(), message = status.message(), "capacity check failed: taking the claim anyway")
+        }
+    }
     let api = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), view.namespace());
     let patch = json!({
         "metadata": {
@@ -201,6 +216,7 @@ pub async fn race(
     {
         Ok(_) => {
             info!(claim = %view.key(), node = %node.name, "took the Immediate claim for this node");
+            node.race_delay.reset(view.uid());
             Ok(Action::await_change())
         }
         Err(e) if is_conflict(&e) => {
@@ -209,6 +225,38 @@ pub async fn race(
         }
         Err(e) => Err(e),
     }
+}
+
+/// Whether this node's driver reports room for the claim's requested size
+/// (`GetCapacity` with the class's parameters, without the sidecar's own
+/// prefixed keys, in this node's segment). A claim without a size always fits.
+async fn has_room(
+    ctx: &Context,
+    node: &NodeMode,
+    claim: &PersistentVolumeClaim,
+    class: &StorageClass,
+) -> Result<bool, tonic::Status> {
+    let wanted = ClaimView(claim)
+        .requested_storage()
+        .and_then(quantity::parse_bytes)
+        .unwrap_or_default();
+    if wanted == 0 {
+        return Ok(true);
+    }
+    let parameters = class
+        .parameters
+        .iter()
+        .flatten()
+        .filter(|(k, _)| !k.starts_with(keys::CSI_PARAMETER_PREFIX))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let segment = node
+        .topology
+        .clone()
+        .filter(|t| !t.is_empty())
+        .map(|t| t.into_iter().collect());
+    let answer = ctx.csi.get_capacity(parameters, segment).await?;
+    Ok(i128::from(answer.available_capacity) >= i128::from(wanted))
 }
 
 #[cfg(test)]

@@ -73,7 +73,7 @@ pub async fn provision(
             NodeGate::ThisNode => {}
             NodeGate::OtherNode | NodeGate::NotHere => return Ok(Action::await_change()),
             NodeGate::RaceForIt => {
-                return race(ctx, node, cached)
+                return race(ctx, node, cached, &class)
                     .await
                     .map_err(|source| ClaimError::Read {
                         what: "PersistentVolumeClaim (taking it for this node)",
