@@ -22,7 +22,7 @@ use crate::kube::{
     remove_finalizer,
 };
 use crate::metrics::VolumeLabels;
-use crate::provision::{SecretKind, SecretRef, secrets};
+use crate::provision::{SecretKind, SecretRef, migration, secrets};
 
 #[derive(Debug, thiserror::Error)]
 pub enum VolumeError {
@@ -51,7 +51,9 @@ fn is_ours(pv: &Pv, driver: &str) -> bool {
     let ann = pv.annotations();
     match ann.get(keys::ANN_PROVISIONED_BY) {
         Some(by) => {
-            by == driver || ann.get(keys::ANN_MIGRATED_TO).map(String::as_str) == Some(driver)
+            by == driver
+                || ann.get(keys::ANN_MIGRATED_TO).map(String::as_str) == Some(driver)
+                || migration::in_tree_plugin(driver) == Some(by.as_str())
         }
         None => pv
             .spec
@@ -156,14 +158,16 @@ async fn delete(ctx: &Context, cached: &Pv) -> Result<(), VolumeError> {
         return Ok(());
     };
     let started = Instant::now();
-    let Some(handle) = pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.csi.as_ref())
-        .map(|c| c.volume_handle.clone())
-    else {
+    let Some(handle) = volume_handle(&pv) else {
         warn!(pv = %pv.name_any(), "invalid CSI PV: no csi source");
         return Ok(());
+    };
+    let handle = match handle {
+        Ok(handle) => handle,
+        Err(e) => {
+            warn!(pv = %pv.name_any(), error = %e, "cannot translate the in-tree PV to CSI");
+            return Ok(());
+        }
     };
     let secrets = deletion_secrets(ctx, &pv).await;
     if !ctx.leader.is_leader() {
@@ -216,6 +220,29 @@ async fn delete(ctx: &Context, cached: &Pv) -> Result<(), VolumeError> {
     info!(pv = %pv.name_any(), volume = %handle, "deleted");
     ctx.capacity_changed();
     Ok(())
+}
+
+/// The volume handle to delete: the CSI source's, or a migrated in-tree
+/// source's translated as csi-translation-lib does.
+fn volume_handle(pv: &Pv) -> Option<Result<String, String>> {
+    let spec = pv.spec.as_ref()?;
+    if let Some(csi) = &spec.csi {
+        return Some(Ok(csi.volume_handle.clone()));
+    }
+    let zone = pv
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("failure-domain.beta.kubernetes.io/zone"))
+        .map(String::as_str);
+    migration::in_tree_handle(
+        spec.aws_elastic_block_store
+            .as_ref()
+            .map(|a| a.volume_id.as_str()),
+        spec.gce_persistent_disk
+            .as_ref()
+            .map(|g| (g.pd_name.as_str(), zone)),
+    )
 }
 
 /// The PV as the API server has it, if it still says "delete" there and not

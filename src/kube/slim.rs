@@ -50,6 +50,25 @@ pub struct PvSpec {
     /// this node's PVs. Absent for drivers without topology.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_affinity: Option<k8s_openapi::api::core::v1::VolumeNodeAffinity>,
+    /// In-tree sources of migrated plugins whose PVs we delete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aws_elastic_block_store: Option<PvAwsEbs>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gce_persistent_disk: Option<PvGcePd>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PvAwsEbs {
+    #[serde(rename = "volumeID", default)]
+    pub volume_id: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PvGcePd {
+    #[serde(default)]
+    pub pd_name: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
@@ -195,6 +214,8 @@ resource_as!(
     0.metadata
 );
 
+const LEGACY_ZONE_LABEL: &str = "failure-domain.beta.kubernetes.io/zone";
+
 /// The PV annotations any decision of ours reads; a cached PV keeps only these.
 const READ_ANNOTATIONS: [&str; 4] = [
     keys::ANN_PROVISIONED_BY,
@@ -209,7 +230,13 @@ impl Pv {
     /// objects that are kept in a cache.
     pub fn trim(&mut self) {
         let meta = &mut self.metadata;
-        meta.labels = None;
+        // The legacy zone label locates a migrated GCE PD for its deletion.
+        if let Some(labels) = meta.labels.as_mut() {
+            labels.retain(|k, _| k == LEGACY_ZONE_LABEL);
+        }
+        if meta.labels.as_ref().is_some_and(|l| l.is_empty()) {
+            meta.labels = None;
+        }
         meta.owner_references = None;
         if let Some(ann) = meta.annotations.as_mut() {
             ann.retain(|k, _| READ_ANNOTATIONS.contains(&k.as_str()));

@@ -5,6 +5,7 @@
 mod claim;
 pub mod clone;
 pub mod grant;
+pub mod migration;
 mod naming;
 mod pv;
 pub mod quantity;
@@ -121,6 +122,9 @@ pub enum ProvisionError {
     /// The driver answered a restore without saying what it restored from.
     #[error("volume content source missing")]
     ContentSourceMissing,
+    /// A class or PV of a migrated in-tree plugin that cannot be translated.
+    #[error("{0}")]
+    Migration(String),
     #[error(
         "CSI driver does not support dynamic provisioning: {missing} capability is not reported"
     )]

@@ -42,7 +42,7 @@ use crate::kube::reference_grant::ReferenceGrant;
 use crate::kube::snapshot::{VolumeSnapshot, VolumeSnapshotContent};
 use crate::kube::{EventType, api_message, get_fresh, is_conflict};
 use crate::provision::snapshot::SnapshotSource;
-use crate::provision::{self, ClaimView, PreparedVolume, ProvisionError};
+use crate::provision::{self, ClaimView, PreparedVolume, ProvisionError, migration};
 
 /// How often a changed claim is re-read and re-decided within one attempt
 /// before the attempt is left to the next event.
@@ -65,6 +65,19 @@ pub async fn provision(
     // out, at the price of that CreateVolume.
     let _ = tokio::time::timeout(PV_CACHE_WAIT, ctx.caches.volumes.wait_until_ready()).await;
     let class = class_of(ctx, view).map_err(|e| report(ctx, cached, e))?;
+    // A class of the in-tree plugin migrated to our driver, in our driver's
+    // terms (upstream: csi-translation-lib); its provisioner stays in-tree.
+    let class = if migration::is_migrated_class(&class, &ctx.driver.name) {
+        Arc::new(migration::translate_class(&class).map_err(|e| {
+            report(
+                ctx,
+                cached,
+                ClaimError::Invalid(ProvisionError::Migration(e)),
+            )
+        })?)
+    } else {
+        class
+    };
     if gate(view, &class, &ctx.driver.name) != Gate::Go {
         return Ok(Action::await_change());
     }
@@ -457,10 +470,22 @@ async fn save(
     let response = pb::CreateVolumeResponse {
         volume: Some(volume),
     };
-    let pv = match provision::build_pv(prepared, claim, class, &response, &ctx.driver, &ctx.options)
-    {
+    let built = provision::build_pv(prepared, claim, class, &response, &ctx.driver, &ctx.options)
+        .and_then(|mut pv| {
+            // Saved in the in-tree form for a migrated class, as upstream.
+            if migration::is_migrated_class(class, &ctx.driver.name) {
+                migration::pv_to_in_tree(&class.provisioner, &mut pv)
+                    .map_err(ProvisionError::Migration)?;
+            }
+            Ok(pv)
+        });
+    let pv = match built {
         Ok(pv) => pv,
-        Err(e @ (ProvisionError::VolumeTooSmall { .. } | ProvisionError::ContentSourceMissing)) => {
+        Err(
+            e @ (ProvisionError::VolumeTooSmall { .. }
+            | ProvisionError::ContentSourceMissing
+            | ProvisionError::Migration(_)),
+        ) => {
             // The driver broke its contract; the volume is useless to this
             // claim and no PV points to it (upstream deletes it too).
             let cleanup = delete_volume(ctx, prepared.provisioner_secret(), &handle).await;

@@ -54,7 +54,8 @@ pub enum Gate {
 }
 
 pub fn gate(claim: ClaimView, class: &StorageClass, driver: &str) -> Gate {
-    if class.provisioner != driver {
+    if class.provisioner != driver && !crate::provision::migration::is_migrated_class(class, driver)
+    {
         Gate::OtherProvisioner
     } else if class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer")
         && claim.selected_node().is_none()

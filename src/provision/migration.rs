@@ -1,0 +1,426 @@
+//! CSI migration: claims of an in-tree plugin's StorageClass
+//! (`kubernetes.io/aws-ebs`, …) served by the CSI driver that plugin was
+//! migrated to, as upstream does through csi-translation-lib. The class is
+//! translated to the CSI driver's terms before the request is built, the PV
+//! is saved in the in-tree form, and such a PV is translated back to its CSI
+//! volume handle for `DeleteVolume`.
+//!
+//! Every plugin csi-translation-lib knows is recognised; the translation of
+//! classes and PVs is built for AWS EBS and GCE PD. A claim of another
+//! migrated plugin's class fails with a clear reason instead of being
+//! provisioned with untranslated parameters.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    AWSElasticBlockStoreVolumeSource, GCEPersistentDiskVolumeSource, PersistentVolume,
+    TopologySelectorLabelRequirement, TopologySelectorTerm,
+};
+use k8s_openapi::api::storage::v1::StorageClass;
+
+const AWS_EBS: &str = "kubernetes.io/aws-ebs";
+const GCE_PD: &str = "kubernetes.io/gce-pd";
+
+/// In-tree plugin → the CSI driver it was migrated to (csi-translation-lib's table).
+const PLUGINS: &[(&str, &str)] = &[
+    (AWS_EBS, "ebs.csi.aws.com"),
+    (GCE_PD, "pd.csi.storage.gke.io"),
+    ("kubernetes.io/azure-disk", "disk.csi.azure.com"),
+    ("kubernetes.io/azure-file", "file.csi.azure.com"),
+    ("kubernetes.io/cinder", "cinder.csi.openstack.org"),
+    ("kubernetes.io/vsphere-volume", "csi.vsphere.vmware.com"),
+    ("kubernetes.io/portworx-volume", "pxd.portworx.com"),
+    ("kubernetes.io/rbd", "rbd.csi.ceph.com"),
+];
+
+/// The legacy and the GA zone label a class's topology or a PV may name.
+const ZONE_LABELS: [&str; 2] = [
+    "failure-domain.beta.kubernetes.io/zone",
+    "topology.kubernetes.io/zone",
+];
+const FSTYPE_KEY: &str = "csi.storage.k8s.io/fstype";
+
+/// The in-tree plugin migrated to the CSI driver `driver`, if any.
+pub fn in_tree_plugin(driver: &str) -> Option<&'static str> {
+    PLUGINS
+        .iter()
+        .find(|(_, csi)| *csi == driver)
+        .map(|(plugin, _)| *plugin)
+}
+
+/// Whether `class` is a class of the in-tree plugin migrated to `driver`.
+pub fn is_migrated_class(class: &StorageClass, driver: &str) -> bool {
+    in_tree_plugin(driver) == Some(class.provisioner.as_str())
+}
+
+/// The zonal topology key of the CSI driver a plugin migrated to.
+fn topology_key(plugin: &str) -> Option<&'static str> {
+    match plugin {
+        AWS_EBS => Some("topology.ebs.csi.aws.com/zone"),
+        GCE_PD => Some("topology.gke.io/zone"),
+        _ => None,
+    }
+}
+
+/// `class` (of the in-tree plugin migrated to our driver) in the CSI
+/// driver's terms: `fsType` becomes the CSI fstype key, `zone`/`zones`
+/// become allowed topologies of the driver's zone key (not both with
+/// allowed topologies), zone labels in allowed topologies become that key.
+/// The provisioner stays the in-tree name (the PV's `provisioned-by`).
+pub fn translate_class(class: &StorageClass) -> Result<StorageClass, String> {
+    let plugin = class.provisioner.as_str();
+    let key = topology_key(plugin).ok_or_else(|| {
+        format!("translating a StorageClass of in-tree plugin {plugin} is not supported yet")
+    })?;
+    let mut parameters = BTreeMap::new();
+    let mut generated: Option<Vec<String>> = None;
+    for (k, v) in class.parameters.iter().flatten() {
+        match k.to_lowercase().as_str() {
+            "fstype" => {
+                parameters.insert(FSTYPE_KEY.to_string(), v.clone());
+            }
+            "zone" => generated = Some(vec![v.clone()]),
+            "zones" => generated = Some(v.split(',').map(str::to_string).collect()),
+            _ => {
+                parameters.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    let allowed = class.allowed_topologies.as_deref().unwrap_or_default();
+    let mut translated = class.clone();
+    translated.parameters = Some(parameters);
+    translated.allowed_topologies = match (generated, allowed.is_empty()) {
+        (Some(_), false) => {
+            return Err(
+                "cannot simultaneously set allowed topologies and zone/zones parameters".into(),
+            );
+        }
+        (Some(zones), true) => Some(vec![TopologySelectorTerm {
+            match_label_expressions: Some(vec![TopologySelectorLabelRequirement {
+                key: key.to_string(),
+                values: zones,
+            }]),
+        }]),
+        (None, true) => class.allowed_topologies.clone(),
+        (None, false) => Some(
+            allowed
+                .iter()
+                .map(|term| TopologySelectorTerm {
+                    match_label_expressions: term.match_label_expressions.as_ref().map(|exprs| {
+                        exprs
+                            .iter()
+                            .map(|e| TopologySelectorLabelRequirement {
+                                key: if ZONE_LABELS.contains(&e.key.as_str()) {
+                                    key.to_string()
+                                } else {
+                                    e.key.clone()
+                                },
+                                values: e.values.clone(),
+                            })
+                            .collect()
+                    }),
+                })
+                .collect(),
+        ),
+    };
+    Ok(translated)
+}
+
+/// Turns the CSI PV built for a migrated class into the in-tree plugin's
+/// PV source, as csi-translation-lib does (the node affinity stays as the
+/// driver reported it).
+pub fn pv_to_in_tree(plugin: &str, pv: &mut PersistentVolume) -> Result<(), String> {
+    let spec = pv.spec.get_or_insert_with(Default::default);
+    let csi = spec
+        .csi
+        .take()
+        .ok_or_else(|| "pv is nil or CSI source not defined on pv".to_string())?;
+    let partition = |attrs: &Option<BTreeMap<String, String>>| -> Result<Option<i32>, String> {
+        match attrs.as_ref().and_then(|a| a.get("partition")) {
+            None => Ok(None),
+            Some(p) if p.is_empty() => Ok(None),
+            Some(p) => p
+                .parse::<i32>()
+                .map(Some)
+                .map_err(|e| format!("failed to convert partition {p} to integer: {e}")),
+        }
+    };
+    match plugin {
+        AWS_EBS => {
+            spec.aws_elastic_block_store = Some(AWSElasticBlockStoreVolumeSource {
+                volume_id: csi.volume_handle.clone(),
+                fs_type: csi.fs_type.clone(),
+                read_only: csi.read_only,
+                partition: partition(&csi.volume_attributes)?,
+            });
+        }
+        GCE_PD => {
+            spec.gce_persistent_disk = Some(GCEPersistentDiskVolumeSource {
+                pd_name: pd_name(&csi.volume_handle)?.to_string(),
+                fs_type: csi.fs_type.clone(),
+                read_only: csi.read_only,
+                partition: partition(&csi.volume_attributes)?,
+            });
+        }
+        other => {
+            spec.csi = Some(csi);
+            return Err(format!(
+                "translating a PV to in-tree plugin {other} is not supported yet"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A GCE PD volume handle's disk name (`projects/P/zones/Z/disks/NAME`).
+fn pd_name(handle: &str) -> Result<&str, String> {
+    let parts: Vec<&str> = handle.split('/').collect();
+    if parts.len() < 6 {
+        return Err(format!(
+            "failed to get id components.Got: {}, wanted 6 components or more. ",
+            parts.len()
+        ));
+    }
+    Ok(parts[5])
+}
+
+/// The CSI volume handle of an in-tree PV source of a migrated plugin, for
+/// `DeleteVolume`: `None` when the PV has no such source.
+pub fn in_tree_handle(
+    aws: Option<&str>,
+    gce: Option<(&str, Option<&str>)>,
+) -> Option<Result<String, String>> {
+    if let Some(volume_id) = aws {
+        return Some(ebs_volume_id(volume_id));
+    }
+    gce.map(|(pd_name, zone_label)| {
+        // The zone of a zonal disk from the PV's legacy zone label, as
+        // csi-translation-lib reads it; several zones are a regional disk.
+        let zones: Vec<&str> = zone_label
+            .unwrap_or_default()
+            .split("__")
+            .filter(|z| !z.is_empty())
+            .collect();
+        let location = match zones.as_slice() {
+            [] => "UNSPECIFIED".to_string(),
+            [zone] => zone.to_string(),
+            many => region_of(many)?,
+        };
+        Ok(format!(
+            "projects/UNSPECIFIED/zones/{location}/disks/{pd_name}"
+        ))
+    })
+}
+
+/// `aws://<zone>/<vol-id>`, `aws:///<vol-id>` or a bare `vol-…` → the EBS volume id.
+fn ebs_volume_id(kubernetes_id: &str) -> Result<String, String> {
+    let Some(rest) = kubernetes_id.strip_prefix("aws://") else {
+        return Ok(kubernetes_id.to_string());
+    };
+    let path = rest.split_once('/').map(|(_, p)| p).unwrap_or_default();
+    let id = path.trim_matches('/');
+    if id.starts_with("vol-") && !id.contains('/') {
+        Ok(id.to_string())
+    } else {
+        Err(format!("Invalid format for AWS volume ({kubernetes_id})"))
+    }
+}
+
+/// The one region of zones `locale-region-zone`.
+fn region_of(zones: &[&str]) -> Result<String, String> {
+    let mut regions: Vec<String> = Vec::new();
+    for zone in zones {
+        let parts: Vec<&str> = zone.split('-').collect();
+        if parts.len() != 3 {
+            return Err(format!(
+                "zone in unexpected format, expected: {{locale}}-{{region}}-{{zone}}, got: {zone}"
+            ));
+        }
+        let region = parts[..2].join("-");
+        if !regions.contains(&region) {
+            regions.push(region);
+        }
+    }
+    match regions.as_slice() {
+        [one] => Ok(one.clone()),
+        _ => Err(format!(
+            "multiple or no regions gotten from zones, got: {regions:?}"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{CSIPersistentVolumeSource, PersistentVolumeSpec};
+
+    fn class(provisioner: &str, params: &[(&str, &str)]) -> StorageClass {
+        StorageClass {
+            provisioner: provisioner.into(),
+            parameters: Some(
+                params
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    fn topology(class: &StorageClass) -> Vec<(String, Vec<String>)> {
+        class
+            .allowed_topologies
+            .iter()
+            .flatten()
+            .flat_map(|t| t.match_label_expressions.iter().flatten())
+            .map(|e| (e.key.clone(), e.values.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn every_plugin_csi_translation_lib_knows_is_recognised() {
+        assert_eq!(in_tree_plugin("ebs.csi.aws.com"), Some(AWS_EBS));
+        assert_eq!(in_tree_plugin("pd.csi.storage.gke.io"), Some(GCE_PD));
+        assert_eq!(
+            in_tree_plugin("rbd.csi.ceph.com"),
+            Some("kubernetes.io/rbd")
+        );
+        assert_eq!(in_tree_plugin("hostpath.csi.k8s.io"), None);
+        assert!(is_migrated_class(&class(AWS_EBS, &[]), "ebs.csi.aws.com"));
+        assert!(!is_migrated_class(&class(GCE_PD, &[]), "ebs.csi.aws.com"));
+    }
+
+    #[test]
+    fn classes_are_translated_as_csi_translation_lib_does() {
+        let c = translate_class(&class(AWS_EBS, &[("type", "gp2"), ("fsType", "xfs")])).unwrap();
+        let params = c.parameters.clone().unwrap();
+        assert_eq!(params.get("type").map(String::as_str), Some("gp2"));
+        assert_eq!(params.get(FSTYPE_KEY).map(String::as_str), Some("xfs"));
+        assert!(!params.contains_key("fsType"));
+        assert_eq!(
+            c.provisioner, AWS_EBS,
+            "provisioned-by stays the in-tree name"
+        );
+
+        let c = translate_class(&class(GCE_PD, &[("zones", "us-a-1,us-a-2")])).unwrap();
+        assert_eq!(
+            topology(&c),
+            vec![(
+                "topology.gke.io/zone".to_string(),
+                vec!["us-a-1".into(), "us-a-2".into()]
+            )]
+        );
+        assert!(!c.parameters.unwrap().contains_key("zones"));
+
+        let mut with_topology = class(AWS_EBS, &[]);
+        with_topology.allowed_topologies = Some(vec![TopologySelectorTerm {
+            match_label_expressions: Some(vec![
+                TopologySelectorLabelRequirement {
+                    key: "topology.kubernetes.io/zone".into(),
+                    values: vec!["z1".into()],
+                },
+                TopologySelectorLabelRequirement {
+                    key: "rack".into(),
+                    values: vec!["r".into()],
+                },
+            ]),
+        }]);
+        assert_eq!(
+            topology(&translate_class(&with_topology).unwrap()),
+            vec![
+                (
+                    "topology.ebs.csi.aws.com/zone".to_string(),
+                    vec!["z1".to_string()]
+                ),
+                ("rack".to_string(), vec!["r".to_string()]),
+            ]
+        );
+        let mut both = with_topology.clone();
+        both.parameters = Some([("zone".to_string(), "z2".to_string())].into());
+        assert_eq!(
+            translate_class(&both).unwrap_err(),
+            "cannot simultaneously set allowed topologies and zone/zones parameters"
+        );
+        assert!(
+            translate_class(&class("kubernetes.io/cinder", &[]))
+                .unwrap_err()
+                .contains("not supported yet")
+        );
+    }
+
+    fn csi_pv(handle: &str, partition: Option<&str>) -> PersistentVolume {
+        PersistentVolume {
+            spec: Some(PersistentVolumeSpec {
+                csi: Some(CSIPersistentVolumeSource {
+                    driver: "d".into(),
+                    volume_handle: handle.into(),
+                    fs_type: Some("ext4".into()),
+                    volume_attributes: partition
+                        .map(|p| [("partition".to_string(), p.to_string())].into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn pvs_are_saved_in_their_in_tree_form() {
+        let mut pv = csi_pv("vol-0abc", Some("1"));
+        pv_to_in_tree(AWS_EBS, &mut pv).unwrap();
+        let spec = pv.spec.unwrap();
+        assert!(spec.csi.is_none());
+        let ebs = spec.aws_elastic_block_store.unwrap();
+        assert_eq!(
+            (
+                ebs.volume_id.as_str(),
+                ebs.fs_type.as_deref(),
+                ebs.partition
+            ),
+            ("vol-0abc", Some("ext4"), Some(1))
+        );
+
+        let mut pv = csi_pv("projects/p/zones/us-a-1/disks/disk-1", Some(""));
+        pv_to_in_tree(GCE_PD, &mut pv).unwrap();
+        let gce = pv.spec.unwrap().gce_persistent_disk.unwrap();
+        assert_eq!((gce.pd_name.as_str(), gce.partition), ("disk-1", None));
+
+        let mut bad = csi_pv("disk-1", None);
+        assert!(pv_to_in_tree(GCE_PD, &mut bad).is_err());
+        let mut bad = csi_pv("vol-1", Some("x"));
+        assert!(pv_to_in_tree(AWS_EBS, &mut bad).is_err());
+    }
+
+    #[test]
+    fn in_tree_pvs_give_their_csi_handle_for_deletion() {
+        let ok = |r: Option<Result<String, String>>| r.unwrap().unwrap();
+        assert_eq!(ok(in_tree_handle(Some("vol-1"), None)), "vol-1");
+        assert_eq!(
+            ok(in_tree_handle(Some("aws://us-east-1a/vol-1"), None)),
+            "vol-1"
+        );
+        assert_eq!(ok(in_tree_handle(Some("aws:///vol-1"), None)), "vol-1");
+        assert!(
+            in_tree_handle(Some("aws://z/disk-1"), None)
+                .unwrap()
+                .is_err()
+        );
+        assert_eq!(
+            ok(in_tree_handle(None, Some(("d", None)))),
+            "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/d"
+        );
+        assert_eq!(
+            ok(in_tree_handle(None, Some(("d", Some("us-central1-a"))))),
+            "projects/UNSPECIFIED/zones/us-central1-a/disks/d"
+        );
+        assert_eq!(
+            ok(in_tree_handle(
+                None,
+                Some(("d", Some("us-central1-a__us-central1-b")))
+            )),
+            "projects/UNSPECIFIED/zones/us-central1/disks/d"
+        );
+        assert!(in_tree_handle(None, None).is_none());
+    }
+}

@@ -1,0 +1,195 @@
+//! CSI migration side by side with upstream: the upstream Go sidecar (v6.3.0) and ours, each
+//! next to a test driver that calls itself `ebs.csi.aws.com` (the CSI driver the in-tree
+//! `kubernetes.io/aws-ebs` plugin was migrated to), on the same in-tree StorageClass and claim.
+//! kube-controller-manager hands such a claim to `ebs.csi.aws.com`; the sidecar must translate the
+//! class to the CSI driver's terms, send the same `CreateVolume`, save the same in-tree PV, and
+//! delete the volume through the in-tree PV once the claim goes.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use csi_test_driver::process::{DriverOptions, DriverProcess, binary_path};
+use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use support::{
+    ChildProcess, DEADLINE, PvcFixture, StorageClassFixture, TestNamespace, cluster, unique_name,
+    wait_for,
+};
+
+const DRIVER: &str = "ebs.csi.aws.com";
+const IN_TREE: &str = "kubernetes.io/aws-ebs";
+
+#[derive(Clone, Copy, Debug)]
+enum Sidecar {
+    Upstream,
+    Ours,
+}
+
+/// What one sidecar did, with run-specific names taken out.
+#[derive(Debug, PartialEq)]
+struct Observed {
+    /// The backend's volume: capacity and parameters.
+    volume: (i64, BTreeMap<String, String>),
+    /// The PV's source and the annotations a tool would read.
+    pv: String,
+    /// `DeleteVolume` calls that deleted the volume.
+    deleted: usize,
+}
+
+fn tail(sidecar: &ChildProcess) -> String {
+    let log = sidecar.log_contents();
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+async fn scenario(who: Sidecar) -> Observed {
+    let cluster = cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    let driver = DriverProcess::start(
+        &binary_path().expect("csi-test-driver binary"),
+        dir.path(),
+        &DriverOptions {
+            drivername: DRIVER.into(),
+            ..DriverOptions::default()
+        },
+    )
+    .await
+    .expect("starting the test driver");
+    let ns = TestNamespace::create(&cluster.client, "migration").await;
+    let class = unique_name("gp2");
+    Api::<StorageClass>::all(cluster.client.clone())
+        .create(
+            &PostParams::default(),
+            &StorageClassFixture::new(&class, IN_TREE)
+                .reclaim("Delete")
+                .binding_mode("Immediate")
+                .param("type", "gp2")
+                .param("fsType", "xfs")
+                .build(),
+        )
+        .await
+        .expect("creating the in-tree class");
+    let binary = match who {
+        Sidecar::Upstream => support::testbed_bin("csi-provisioner-upstream"),
+        Sidecar::Ours => support::workspace_bin("csi-provisioner"),
+    };
+    let sidecar = ChildProcess::spawn(Command::new(binary).args([
+        format!("--csi-address={}", driver.csi_address()),
+        format!("--kubeconfig={}", cluster.kubeconfig.display()),
+        "--leader-election=false".into(),
+        "--timeout=10s".into(),
+        "-v=5".into(),
+    ]));
+    let claims = ns.api();
+    claims
+        .create(
+            &PostParams::default(),
+            &PvcFixture::new("data", &ns.name)
+                .class(&class)
+                .size("2Gi")
+                .build(),
+        )
+        .await
+        .expect("creating the claim");
+    let pv_name = wait_for("the claim to be Bound", DEADLINE, || async {
+        let claim: k8s_openapi::api::core::v1::PersistentVolumeClaim =
+            claims.get("data").await.expect("reading the claim");
+        match (
+            claim.status.as_ref().and_then(|s| s.phase.as_deref()),
+            claim.spec.as_ref().and_then(|s| s.volume_name.clone()),
+        ) {
+            (Some("Bound"), Some(pv)) => Ok(pv),
+            _ => Err((claim.metadata.annotations, tail(&sidecar))),
+        }
+    })
+    .await;
+    let pvs = Api::<PersistentVolume>::all(cluster.client.clone());
+    let pv = pvs.get(&pv_name).await.expect("reading the PV");
+    let control = driver.control().await.expect("driver control");
+    let ledger = control.ledger().await.expect("ledger");
+    let volume = ledger.volume_by_name(&pv_name).expect("the backend volume");
+    let volume_id = volume.volume_id.clone();
+    let spec = pv.spec.clone().unwrap();
+    let ebs = spec
+        .aws_elastic_block_store
+        .clone()
+        .expect("the PV is saved in its in-tree form");
+    let mut annotations: Vec<(String, String)> = pv
+        .metadata
+        .annotations
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with("kubectl.kubernetes.io"))
+        .collect();
+    annotations.sort();
+    let pv_summary = format!(
+        "csi={} ebs=(volumeID-is-handle={} fsType={:?} partition={:?} readOnly={:?}) capacity={:?} modes={:?} reclaim={:?} annotations={annotations:?} finalizers={:?}",
+        spec.csi.is_some(),
+        ebs.volume_id == volume_id,
+        ebs.fs_type,
+        ebs.partition,
+        ebs.read_only,
+        spec.capacity
+            .unwrap_or_default()
+            .get("storage")
+            .map(|q| q.0.clone()),
+        spec.access_modes,
+        spec.persistent_volume_reclaim_policy,
+        pv.metadata.finalizers,
+    );
+    let volume = (volume.capacity_bytes, volume.parameters.clone());
+
+    claims
+        .delete("data", &DeleteParams::default())
+        .await
+        .expect("deleting the claim");
+    wait_for("the volume and the PV to go", DEADLINE, || async {
+        let ledger = control.ledger().await.expect("ledger");
+        let gone = pvs
+            .get_opt(&pv_name)
+            .await
+            .expect("reading the PV")
+            .is_none();
+        if ledger.volumes.is_empty() && gone {
+            Ok(())
+        } else {
+            Err((gone, tail(&sidecar)))
+        }
+    })
+    .await;
+    let deleted = control
+        .ledger()
+        .await
+        .expect("ledger")
+        .operations
+        .iter()
+        .filter(|o| o.method == "DeleteVolume" && o.volume_id.as_deref() == Some(&volume_id))
+        .count();
+    drop(sidecar);
+    Api::<StorageClass>::all(cluster.client.clone())
+        .delete(&class, &DeleteParams::default())
+        .await
+        .expect("deleting the class");
+    ns.cleanup().await;
+    Observed {
+        volume,
+        pv: pv_summary,
+        deleted,
+    }
+}
+
+#[tokio::test]
+async fn an_in_tree_aws_ebs_claim_is_provisioned_as_upstream_does() {
+    let upstream = scenario(Sidecar::Upstream).await;
+    let ours = scenario(Sidecar::Ours).await;
+    eprintln!("upstream: {upstream:?}");
+    assert_eq!(ours.volume, upstream.volume, "the backend's request");
+    assert_eq!(ours.pv, upstream.pv, "the PV");
+    assert_eq!(ours.deleted, 1, "the volume deleted once");
+    assert!(upstream.deleted >= 1);
+}
