@@ -20,8 +20,28 @@ use support::{
     wait_for,
 };
 
-const DRIVER: &str = "ebs.csi.aws.com";
-const IN_TREE: &str = "kubernetes.io/aws-ebs";
+/// A migrated plugin: its CSI driver, its in-tree name, the class parameters of the scenario.
+struct Plugin {
+    driver: &'static str,
+    in_tree: &'static str,
+    parameters: &'static [(&'static str, &'static str)],
+}
+
+const AWS_EBS: Plugin = Plugin {
+    driver: "ebs.csi.aws.com",
+    in_tree: "kubernetes.io/aws-ebs",
+    parameters: &[("type", "gp2"), ("fsType", "xfs")],
+};
+const CINDER: Plugin = Plugin {
+    driver: "cinder.csi.openstack.org",
+    in_tree: "kubernetes.io/cinder",
+    parameters: &[("availability", "nova"), ("fstype", "ext4")],
+};
+const PORTWORX: Plugin = Plugin {
+    driver: "pxd.portworx.com",
+    in_tree: "kubernetes.io/portworx-volume",
+    parameters: &[("repl", "2"), ("fs", "ext4")],
+};
 
 #[derive(Clone, Copy, Debug)]
 enum Sidecar {
@@ -46,31 +66,29 @@ fn tail(sidecar: &ChildProcess) -> String {
     lines[lines.len().saturating_sub(15)..].join("\n")
 }
 
-async fn scenario(who: Sidecar) -> Observed {
+async fn scenario(plugin: &Plugin, who: Sidecar) -> Observed {
     let cluster = cluster().await;
     let dir = tempfile::tempdir().unwrap();
     let driver = DriverProcess::start(
         &binary_path().expect("csi-test-driver binary"),
         dir.path(),
         &DriverOptions {
-            drivername: DRIVER.into(),
+            drivername: plugin.driver.into(),
             ..DriverOptions::default()
         },
     )
     .await
     .expect("starting the test driver");
     let ns = TestNamespace::create(&cluster.client, "migration").await;
-    let class = unique_name("gp2");
+    let class = unique_name("in-tree");
+    let mut fixture = StorageClassFixture::new(&class, plugin.in_tree)
+        .reclaim("Delete")
+        .binding_mode("Immediate");
+    for (k, v) in plugin.parameters {
+        fixture = fixture.param(k, v);
+    }
     Api::<StorageClass>::all(cluster.client.clone())
-        .create(
-            &PostParams::default(),
-            &StorageClassFixture::new(&class, IN_TREE)
-                .reclaim("Delete")
-                .binding_mode("Immediate")
-                .param("type", "gp2")
-                .param("fsType", "xfs")
-                .build(),
-        )
+        .create(&PostParams::default(), &fixture.build())
         .await
         .expect("creating the in-tree class");
     let binary = match who {
@@ -114,10 +132,26 @@ async fn scenario(who: Sidecar) -> Observed {
     let volume = ledger.volume_by_name(&pv_name).expect("the backend volume");
     let volume_id = volume.volume_id.clone();
     let spec = pv.spec.clone().unwrap();
-    let ebs = spec
-        .aws_elastic_block_store
-        .clone()
-        .expect("the PV is saved in its in-tree form");
+    // The in-tree source, whichever plugin: its volume id and fsType.
+    let source = serde_json::to_value(&spec).unwrap();
+    let (field, in_tree_id, in_tree_fs, keys) = [
+        ("awsElasticBlockStore", "volumeID"),
+        ("cinder", "volumeID"),
+        ("portworxVolume", "volumeID"),
+    ]
+    .iter()
+    .find_map(|(field, id)| {
+        let s = source.get(field)?;
+        let mut keys: Vec<String> = s.as_object()?.keys().cloned().collect();
+        keys.sort();
+        Some((
+            *field,
+            s.get(id)?.as_str()?.to_string(),
+            s.get("fsType").and_then(|f| f.as_str()).map(String::from),
+            keys,
+        ))
+    })
+    .expect("the PV is saved in its in-tree form");
     let mut annotations: Vec<(String, String)> = pv
         .metadata
         .annotations
@@ -128,12 +162,10 @@ async fn scenario(who: Sidecar) -> Observed {
         .collect();
     annotations.sort();
     let pv_summary = format!(
-        "csi={} ebs=(volumeID-is-handle={} fsType={:?} partition={:?} readOnly={:?}) capacity={:?} modes={:?} reclaim={:?} annotations={annotations:?} finalizers={:?}",
+        "csi={} in-tree=(volumeID-is-handle={} fsType={:?}) source={field}{keys:?} capacity={:?} modes={:?} reclaim={:?} annotations={annotations:?} finalizers={:?}",
         spec.csi.is_some(),
-        ebs.volume_id == volume_id,
-        ebs.fs_type,
-        ebs.partition,
-        ebs.read_only,
+        in_tree_id == volume_id,
+        in_tree_fs,
         spec.capacity
             .unwrap_or_default()
             .get("storage")
@@ -183,13 +215,21 @@ async fn scenario(who: Sidecar) -> Observed {
     }
 }
 
-#[tokio::test]
-async fn an_in_tree_aws_ebs_claim_is_provisioned_as_upstream_does() {
-    let upstream = scenario(Sidecar::Upstream).await;
-    let ours = scenario(Sidecar::Ours).await;
+async fn compare(plugin: &Plugin) {
+    let upstream = scenario(plugin, Sidecar::Upstream).await;
+    let ours = scenario(plugin, Sidecar::Ours).await;
     eprintln!("upstream: {upstream:?}");
     assert_eq!(ours.volume, upstream.volume, "the backend's request");
     assert_eq!(ours.pv, upstream.pv, "the PV");
     assert_eq!(ours.deleted, 1, "the volume deleted once");
     assert!(upstream.deleted >= 1);
+}
+
+// One test: the in-tree classes are cluster-wide, and two sidecars of one driver must not see
+// each other's claims.
+#[tokio::test]
+async fn in_tree_claims_are_provisioned_as_upstream_does() {
+    for plugin in [&AWS_EBS, &CINDER, &PORTWORX] {
+        compare(plugin).await;
+    }
 }

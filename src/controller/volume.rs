@@ -242,6 +242,10 @@ fn volume_handle(pv: &Pv) -> Option<Result<String, String>> {
         spec.gce_persistent_disk
             .as_ref()
             .map(|g| (g.pd_name.as_str(), zone)),
+        spec.cinder
+            .as_ref()
+            .or(spec.portworx_volume.as_ref())
+            .map(|v| v.volume_id.as_str()),
     )
 }
 

@@ -55,6 +55,17 @@ pub struct PvSpec {
     pub aws_elastic_block_store: Option<PvAwsEbs>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gce_persistent_disk: Option<PvGcePd>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cinder: Option<PvVolumeId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub portworx_volume: Option<PvVolumeId>,
+}
+
+/// An in-tree source that names its volume by `volumeID` (Cinder, Portworx).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+pub struct PvVolumeId {
+    #[serde(rename = "volumeID", default)]
+    pub volume_id: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]

@@ -6,7 +6,7 @@
 //! volume handle for `DeleteVolume`.
 //!
 //! Every plugin csi-translation-lib knows is recognised; the translation of
-//! classes and PVs is built for AWS EBS and GCE PD. A claim of another
+//! classes and PVs is built for AWS EBS, GCE PD, Cinder and Portworx. A claim of another
 //! migrated plugin's class fails with a clear reason instead of being
 //! provisioned with untranslated parameters.
 
@@ -20,6 +20,8 @@ use k8s_openapi::api::storage::v1::StorageClass;
 
 const AWS_EBS: &str = "kubernetes.io/aws-ebs";
 const GCE_PD: &str = "kubernetes.io/gce-pd";
+const CINDER: &str = "kubernetes.io/cinder";
+const PORTWORX: &str = "kubernetes.io/portworx-volume";
 
 /// In-tree plugin → the CSI driver it was migrated to (csi-translation-lib's table).
 const PLUGINS: &[(&str, &str)] = &[
@@ -27,9 +29,9 @@ const PLUGINS: &[(&str, &str)] = &[
     (GCE_PD, "pd.csi.storage.gke.io"),
     ("kubernetes.io/azure-disk", "disk.csi.azure.com"),
     ("kubernetes.io/azure-file", "file.csi.azure.com"),
-    ("kubernetes.io/cinder", "cinder.csi.openstack.org"),
+    (CINDER, "cinder.csi.openstack.org"),
     ("kubernetes.io/vsphere-volume", "csi.vsphere.vmware.com"),
-    ("kubernetes.io/portworx-volume", "pxd.portworx.com"),
+    (PORTWORX, "pxd.portworx.com"),
     ("kubernetes.io/rbd", "rbd.csi.ceph.com"),
 ];
 
@@ -58,6 +60,7 @@ fn topology_key(plugin: &str) -> Option<&'static str> {
     match plugin {
         AWS_EBS => Some("topology.ebs.csi.aws.com/zone"),
         GCE_PD => Some("topology.gke.io/zone"),
+        CINDER => Some("topology.cinder.csi.openstack.org/zone"),
         _ => None,
     }
 }
@@ -69,9 +72,15 @@ fn topology_key(plugin: &str) -> Option<&'static str> {
 /// The provisioner stays the in-tree name (the PV's `provisioned-by`).
 pub fn translate_class(class: &StorageClass) -> Result<StorageClass, String> {
     let plugin = class.provisioner.as_str();
+    if plugin == PORTWORX {
+        // The Portworx driver takes the in-tree parameters as they are.
+        return Ok(class.clone());
+    }
     let key = topology_key(plugin).ok_or_else(|| {
         format!("translating a StorageClass of in-tree plugin {plugin} is not supported yet")
     })?;
+    // Cinder's driver understands `availability` itself: not a topology.
+    let zones_are_topology = plugin != CINDER;
     let mut parameters = BTreeMap::new();
     let mut generated: Option<Vec<String>> = None;
     for (k, v) in class.parameters.iter().flatten() {
@@ -79,8 +88,10 @@ pub fn translate_class(class: &StorageClass) -> Result<StorageClass, String> {
             "fstype" => {
                 parameters.insert(FSTYPE_KEY.to_string(), v.clone());
             }
-            "zone" => generated = Some(vec![v.clone()]),
-            "zones" => generated = Some(v.split(',').map(str::to_string).collect()),
+            "zone" if zones_are_topology => generated = Some(vec![v.clone()]),
+            "zones" if zones_are_topology => {
+                generated = Some(v.split(',').map(str::to_string).collect())
+            }
             _ => {
                 parameters.insert(k.clone(), v.clone());
             }
@@ -162,6 +173,21 @@ pub fn pv_to_in_tree(plugin: &str, pv: &mut PersistentVolume) -> Result<(), Stri
                 partition: partition(&csi.volume_attributes)?,
             });
         }
+        CINDER => {
+            spec.cinder = Some(k8s_openapi::api::core::v1::CinderPersistentVolumeSource {
+                volume_id: csi.volume_handle.clone(),
+                fs_type: csi.fs_type.clone(),
+                read_only: csi.read_only,
+                secret_ref: None,
+            });
+        }
+        PORTWORX => {
+            spec.portworx_volume = Some(k8s_openapi::api::core::v1::PortworxVolumeSource {
+                volume_id: csi.volume_handle.clone(),
+                fs_type: csi.fs_type.clone(),
+                read_only: csi.read_only,
+            });
+        }
         other => {
             spec.csi = Some(csi);
             return Err(format!(
@@ -189,9 +215,14 @@ fn pd_name(handle: &str) -> Result<&str, String> {
 pub fn in_tree_handle(
     aws: Option<&str>,
     gce: Option<(&str, Option<&str>)>,
+    plain: Option<&str>,
 ) -> Option<Result<String, String>> {
     if let Some(volume_id) = aws {
         return Some(ebs_volume_id(volume_id));
+    }
+    // Cinder and Portworx: the in-tree volume id is the CSI handle.
+    if let Some(volume_id) = plain {
+        return Some(Ok(volume_id.to_string()));
     }
     gce.map(|(pd_name, zone_label)| {
         // The zone of a zonal disk from the PV's legacy zone label, as
@@ -342,10 +373,21 @@ mod tests {
             "cannot simultaneously set allowed topologies and zone/zones parameters"
         );
         assert!(
-            translate_class(&class("kubernetes.io/cinder", &[]))
+            translate_class(&class("kubernetes.io/azure-disk", &[]))
                 .unwrap_err()
                 .contains("not supported yet")
         );
+        // Cinder keeps `availability` and zones for its driver; Portworx takes it all as is.
+        let c = translate_class(&class(
+            CINDER,
+            &[("availability", "nova"), ("fstype", "ext4")],
+        ))
+        .unwrap();
+        let params = c.parameters.unwrap();
+        assert_eq!(params.get("availability").map(String::as_str), Some("nova"));
+        assert_eq!(params.get(FSTYPE_KEY).map(String::as_str), Some("ext4"));
+        let px = class(PORTWORX, &[("repl", "2")]);
+        assert_eq!(translate_class(&px).unwrap(), px);
     }
 
     fn csi_pv(handle: &str, partition: Option<&str>) -> PersistentVolume {
@@ -386,6 +428,13 @@ mod tests {
         let gce = pv.spec.unwrap().gce_persistent_disk.unwrap();
         assert_eq!((gce.pd_name.as_str(), gce.partition), ("disk-1", None));
 
+        let mut pv = csi_pv("c-1", None);
+        pv_to_in_tree(CINDER, &mut pv).unwrap();
+        assert_eq!(pv.spec.unwrap().cinder.unwrap().volume_id, "c-1");
+        let mut pv = csi_pv("px-1", None);
+        pv_to_in_tree(PORTWORX, &mut pv).unwrap();
+        assert_eq!(pv.spec.unwrap().portworx_volume.unwrap().volume_id, "px-1");
+
         let mut bad = csi_pv("disk-1", None);
         assert!(pv_to_in_tree(GCE_PD, &mut bad).is_err());
         let mut bad = csi_pv("vol-1", Some("x"));
@@ -395,32 +444,44 @@ mod tests {
     #[test]
     fn in_tree_pvs_give_their_csi_handle_for_deletion() {
         let ok = |r: Option<Result<String, String>>| r.unwrap().unwrap();
-        assert_eq!(ok(in_tree_handle(Some("vol-1"), None)), "vol-1");
+        assert_eq!(ok(in_tree_handle(Some("vol-1"), None, None)), "vol-1");
         assert_eq!(
-            ok(in_tree_handle(Some("aws://us-east-1a/vol-1"), None)),
+            ok(in_tree_handle(Some("aws://us-east-1a/vol-1"), None, None)),
             "vol-1"
         );
-        assert_eq!(ok(in_tree_handle(Some("aws:///vol-1"), None)), "vol-1");
+        assert_eq!(
+            ok(in_tree_handle(Some("aws:///vol-1"), None, None)),
+            "vol-1"
+        );
         assert!(
-            in_tree_handle(Some("aws://z/disk-1"), None)
+            in_tree_handle(Some("aws://z/disk-1"), None, None)
                 .unwrap()
                 .is_err()
         );
         assert_eq!(
-            ok(in_tree_handle(None, Some(("d", None)))),
+            ok(in_tree_handle(None, Some(("d", None)), None)),
             "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/d"
         );
         assert_eq!(
-            ok(in_tree_handle(None, Some(("d", Some("us-central1-a"))))),
+            ok(in_tree_handle(
+                None,
+                Some(("d", Some("us-central1-a"))),
+                None
+            )),
             "projects/UNSPECIFIED/zones/us-central1-a/disks/d"
         );
         assert_eq!(
             ok(in_tree_handle(
                 None,
-                Some(("d", Some("us-central1-a__us-central1-b")))
+                Some(("d", Some("us-central1-a__us-central1-b"))),
+                None
             )),
             "projects/UNSPECIFIED/zones/us-central1/disks/d"
         );
-        assert!(in_tree_handle(None, None).is_none());
+        assert_eq!(
+            ok(in_tree_handle(None, None, Some("cinder-id"))),
+            "cinder-id"
+        );
+        assert!(in_tree_handle(None, None, None).is_none());
     }
 }
