@@ -242,10 +242,12 @@ fn volume_handle(pv: &Pv) -> Option<Result<String, String>> {
         spec.gce_persistent_disk
             .as_ref()
             .map(|g| (g.pd_name.as_str(), zone)),
+        // Cinder, Portworx: the volume id; Azure Disk: the disk URI.
         spec.cinder
             .as_ref()
             .or(spec.portworx_volume.as_ref())
-            .map(|v| v.volume_id.as_str()),
+            .map(|v| v.volume_id.as_str())
+            .or(spec.azure_disk.as_ref().map(|a| a.disk_uri.as_str())),
     )
 }
 

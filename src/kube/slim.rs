@@ -59,6 +59,14 @@ pub struct PvSpec {
     pub cinder: Option<PvVolumeId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub portworx_volume: Option<PvVolumeId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub azure_disk: Option<PvAzureDisk>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+pub struct PvAzureDisk {
+    #[serde(rename = "diskURI", default)]
+    pub disk_uri: String,
 }
 
 /// An in-tree source that names its volume by `volumeID` (Cinder, Portworx).

@@ -6,7 +6,7 @@
 //! volume handle for `DeleteVolume`.
 //!
 //! Every plugin csi-translation-lib knows is recognised; the translation of
-//! classes and PVs is built for AWS EBS, GCE PD, Cinder and Portworx. A claim of another
+//! classes and PVs is built for AWS EBS, GCE PD, Cinder, Portworx and Azure Disk. A claim of another
 //! migrated plugin's class fails with a clear reason instead of being
 //! provisioned with untranslated parameters.
 
@@ -22,12 +22,13 @@ const AWS_EBS: &str = "kubernetes.io/aws-ebs";
 const GCE_PD: &str = "kubernetes.io/gce-pd";
 const CINDER: &str = "kubernetes.io/cinder";
 const PORTWORX: &str = "kubernetes.io/portworx-volume";
+const AZURE_DISK: &str = "kubernetes.io/azure-disk";
 
 /// In-tree plugin → the CSI driver it was migrated to (csi-translation-lib's table).
 const PLUGINS: &[(&str, &str)] = &[
     (AWS_EBS, "ebs.csi.aws.com"),
     (GCE_PD, "pd.csi.storage.gke.io"),
-    ("kubernetes.io/azure-disk", "disk.csi.azure.com"),
+    (AZURE_DISK, "disk.csi.azure.com"),
     ("kubernetes.io/azure-file", "file.csi.azure.com"),
     (CINDER, "cinder.csi.openstack.org"),
     ("kubernetes.io/vsphere-volume", "csi.vsphere.vmware.com"),
@@ -61,6 +62,7 @@ fn topology_key(plugin: &str) -> Option<&'static str> {
         AWS_EBS => Some("topology.ebs.csi.aws.com/zone"),
         GCE_PD => Some("topology.gke.io/zone"),
         CINDER => Some("topology.cinder.csi.openstack.org/zone"),
+        AZURE_DISK => Some("topology.disk.csi.azure.com/zone"),
         _ => None,
     }
 }
@@ -81,11 +83,13 @@ pub fn translate_class(class: &StorageClass) -> Result<StorageClass, String> {
     })?;
     // Cinder's driver understands `availability` itself: not a topology.
     let zones_are_topology = plugin != CINDER;
+    // Azure Disk's driver takes `fsType` under its own name.
+    let fstype_is_csi = plugin != AZURE_DISK;
     let mut parameters = BTreeMap::new();
     let mut generated: Option<Vec<String>> = None;
     for (k, v) in class.parameters.iter().flatten() {
         match k.to_lowercase().as_str() {
-            "fstype" => {
+            "fstype" if fstype_is_csi => {
                 parameters.insert(FSTYPE_KEY.to_string(), v.clone());
             }
             "zone" if zones_are_topology => generated = Some(vec![v.clone()]),
@@ -181,6 +185,19 @@ pub fn pv_to_in_tree(plugin: &str, pv: &mut PersistentVolume) -> Result<(), Stri
                 secret_ref: None,
             });
         }
+        AZURE_DISK => {
+            let attrs = csi.volume_attributes.clone().unwrap_or_default();
+            let non_empty = |k: &str| attrs.get(k).filter(|v| !v.is_empty()).cloned();
+            spec.azure_disk = Some(k8s_openapi::api::core::v1::AzureDiskVolumeSource {
+                disk_name: azure_disk_name(&csi.volume_handle)?.to_string(),
+                disk_uri: csi.volume_handle.clone(),
+                fs_type: non_empty("fsType")
+                    .or_else(|| Some(csi.fs_type.clone().unwrap_or_default())),
+                read_only: Some(csi.read_only.unwrap_or_default()),
+                kind: non_empty("kind").or_else(|| Some("Managed".into())),
+                caching_mode: attrs.get("cachingMode").cloned(),
+            });
+        }
         PORTWORX => {
             spec.portworx_volume = Some(k8s_openapi::api::core::v1::PortworxVolumeSource {
                 volume_id: csi.volume_handle.clone(),
@@ -196,6 +213,34 @@ pub fn pv_to_in_tree(plugin: &str, pv: &mut PersistentVolume) -> Result<(), Stri
         }
     }
     Ok(())
+}
+
+/// An Azure disk URI's disk name: after the last `/providers/Microsoft.Compute/disks/`
+/// of a managed disk's resource id, after the last `/vhds/` of an unmanaged
+/// disk's blob URL.
+fn azure_disk_name(uri: &str) -> Result<&str, String> {
+    let unmanaged = uri.len() > 4 && uri[..4].eq_ignore_ascii_case("http");
+    let (shape, marker, format) = if unmanaged {
+        (
+            uri.starts_with("http") && uri.contains("://"),
+            "/vhds/",
+            "http(?:.*)://(?:.*)/vhds/(.+)",
+        )
+    } else {
+        let subscriptions = uri.find("/subscriptions/");
+        let groups = uri.rfind("/resourceGroups/");
+        (
+            matches!((subscriptions, groups), (Some(s), Some(g)) if s < g),
+            "/providers/Microsoft.Compute/disks/",
+            ".*/subscriptions/(?:.*)/resourceGroups/(?:.*)/providers/Microsoft.Compute/disks/(.+)",
+        )
+    };
+    match uri.rfind(marker) {
+        Some(at) if shape && at + marker.len() < uri.len() => Ok(&uri[at + marker.len()..]),
+        _ => Err(format!(
+            "could not get disk name from {uri}, correct format: {format}"
+        )),
+    }
 }
 
 /// A GCE PD volume handle's disk name (`projects/P/zones/Z/disks/NAME`).
@@ -373,9 +418,30 @@ mod tests {
             "cannot simultaneously set allowed topologies and zone/zones parameters"
         );
         assert!(
-            translate_class(&class("kubernetes.io/azure-disk", &[]))
+            translate_class(&class("kubernetes.io/azure-file", &[]))
                 .unwrap_err()
                 .contains("not supported yet")
+        );
+        let c = translate_class(&class(
+            AZURE_DISK,
+            &[("fsType", "xfs"), ("zone", "eastus-1")],
+        ))
+        .unwrap();
+        assert_eq!(
+            c.parameters
+                .clone()
+                .unwrap()
+                .get("fsType")
+                .map(String::as_str),
+            Some("xfs"),
+            "the Azure Disk driver's own parameter name"
+        );
+        assert_eq!(
+            topology(&c),
+            vec![(
+                "topology.disk.csi.azure.com/zone".to_string(),
+                vec!["eastus-1".into()]
+            )]
         );
         // Cinder keeps `availability` and zones for its driver; Portworx takes it all as is.
         let c = translate_class(&class(
@@ -434,6 +500,26 @@ mod tests {
         let mut pv = csi_pv("px-1", None);
         pv_to_in_tree(PORTWORX, &mut pv).unwrap();
         assert_eq!(pv.spec.unwrap().portworx_volume.unwrap().volume_id, "px-1");
+
+        let uri = "/subscriptions/s/resourceGroups/g/providers/Microsoft.Compute/disks/pvc-1";
+        let mut pv = csi_pv(uri, None);
+        pv_to_in_tree(AZURE_DISK, &mut pv).unwrap();
+        let azure = pv.spec.unwrap().azure_disk.unwrap();
+        assert_eq!(
+            (
+                azure.disk_name.as_str(),
+                azure.disk_uri.as_str(),
+                azure.kind.as_deref(),
+                azure.fs_type.as_deref(),
+                azure.read_only
+            ),
+            ("pvc-1", uri, Some("Managed"), Some("ext4"), Some(false))
+        );
+        assert_eq!(
+            azure_disk_name("https://acct.blob.core.windows.net/vhds/pvc-2.vhd"),
+            Ok("pvc-2.vhd")
+        );
+        assert!(azure_disk_name("vol-1").is_err());
 
         let mut bad = csi_pv("disk-1", None);
         assert!(pv_to_in_tree(GCE_PD, &mut bad).is_err());
