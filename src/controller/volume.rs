@@ -229,6 +229,21 @@ fn volume_handle(pv: &Pv) -> Option<Result<String, String>> {
     if let Some(csi) = &spec.csi {
         return Some(Ok(csi.volume_handle.clone()));
     }
+    if let Some(file) = &spec.azure_file {
+        return Some(migration::azure_file_handle(&migration::AzureFileSource {
+            pv_name: pv.metadata.name.as_deref().unwrap_or_default(),
+            share_name: &file.share_name,
+            secret_name: &file.secret_name,
+            secret_namespace: file.secret_namespace.as_deref(),
+            claim_namespace: spec.claim_ref.as_ref().and_then(|c| c.namespace.as_deref()),
+            resource_group: pv
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(migration::ANN_AZURE_FILE_RESOURCE_GROUP))
+                .map(String::as_str),
+        }));
+    }
     let zone = pv
         .metadata
         .labels

@@ -61,6 +61,19 @@ pub struct PvSpec {
     pub portworx_volume: Option<PvVolumeId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub azure_disk: Option<PvAzureDisk>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub azure_file: Option<PvAzureFile>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PvAzureFile {
+    #[serde(default)]
+    pub share_name: String,
+    #[serde(default)]
+    pub secret_name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_namespace: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
@@ -236,7 +249,8 @@ resource_as!(
 const LEGACY_ZONE_LABEL: &str = "failure-domain.beta.kubernetes.io/zone";
 
 /// The PV annotations any decision of ours reads; a cached PV keeps only these.
-const READ_ANNOTATIONS: [&str; 4] = [
+const READ_ANNOTATIONS: [&str; 5] = [
+    crate::provision::migration::ANN_AZURE_FILE_RESOURCE_GROUP,
     keys::ANN_PROVISIONED_BY,
     keys::ANN_MIGRATED_TO,
     keys::ANN_DELETION_SECRET_NAME,

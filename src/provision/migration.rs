@@ -6,7 +6,8 @@
 //! volume handle for `DeleteVolume`.
 //!
 //! Every plugin csi-translation-lib knows is recognised; the translation of
-//! classes and PVs is built for AWS EBS, GCE PD, Cinder, Portworx and Azure Disk. A claim of another
+//! classes and PVs is built for AWS EBS, GCE PD, Cinder, Portworx, Azure Disk
+//! and Azure File. A claim of another
 //! migrated plugin's class fails with a clear reason instead of being
 //! provisioned with untranslated parameters.
 
@@ -23,13 +24,16 @@ const GCE_PD: &str = "kubernetes.io/gce-pd";
 const CINDER: &str = "kubernetes.io/cinder";
 const PORTWORX: &str = "kubernetes.io/portworx-volume";
 const AZURE_DISK: &str = "kubernetes.io/azure-disk";
+const AZURE_FILE: &str = "kubernetes.io/azure-file";
+/// PV annotation: the resource group of a migrated Azure File share.
+pub const ANN_AZURE_FILE_RESOURCE_GROUP: &str = "kubernetes.io/azure-file-resource-group";
 
 /// In-tree plugin → the CSI driver it was migrated to (csi-translation-lib's table).
 const PLUGINS: &[(&str, &str)] = &[
     (AWS_EBS, "ebs.csi.aws.com"),
     (GCE_PD, "pd.csi.storage.gke.io"),
     (AZURE_DISK, "disk.csi.azure.com"),
-    ("kubernetes.io/azure-file", "file.csi.azure.com"),
+    (AZURE_FILE, "file.csi.azure.com"),
     (CINDER, "cinder.csi.openstack.org"),
     ("kubernetes.io/vsphere-volume", "csi.vsphere.vmware.com"),
     (PORTWORX, "pxd.portworx.com"),
@@ -74,8 +78,8 @@ fn topology_key(plugin: &str) -> Option<&'static str> {
 /// The provisioner stays the in-tree name (the PV's `provisioned-by`).
 pub fn translate_class(class: &StorageClass) -> Result<StorageClass, String> {
     let plugin = class.provisioner.as_str();
-    if plugin == PORTWORX {
-        // The Portworx driver takes the in-tree parameters as they are.
+    if plugin == PORTWORX || plugin == AZURE_FILE {
+        // These drivers take the in-tree parameters as they are.
         return Ok(class.clone());
     }
     let key = topology_key(plugin).ok_or_else(|| {
@@ -198,6 +202,57 @@ pub fn pv_to_in_tree(plugin: &str, pv: &mut PersistentVolume) -> Result<(), Stri
                 caching_mode: attrs.get("cachingMode").cloned(),
             });
         }
+        AZURE_FILE => {
+            let mut share = String::new();
+            let mut secret = String::new();
+            let mut secret_namespace = None;
+            for (k, v) in csi.volume_attributes.iter().flatten() {
+                match k.to_lowercase().as_str() {
+                    "sharename" => share = v.clone(),
+                    "secretname" => secret = v.clone(),
+                    "secretnamespace" => secret_namespace = Some(v.clone()),
+                    _ => {}
+                }
+            }
+            if let Some(r) = csi
+                .node_stage_secret_ref
+                .as_ref()
+                .filter(|r| r.name.as_deref().is_some_and(|n| !n.is_empty()))
+            {
+                secret = r.name.clone().unwrap_or_default();
+                secret_namespace = Some(r.namespace.clone().unwrap_or_default());
+            }
+            if share.is_empty() || secret.is_empty() {
+                let parts: Vec<&str> = csi.volume_handle.split('#').collect();
+                if parts.len() < 3 {
+                    spec.csi = Some(csi.clone());
+                    return Err(format!(
+                        "error parsing volume id: {:?}, should at least contain two #",
+                        csi.volume_handle
+                    ));
+                }
+                if share.is_empty() {
+                    share = parts[2].to_string();
+                }
+                if secret.is_empty() {
+                    secret = format!("azure-storage-account-{}-secret", parts[1]);
+                }
+                if !parts[0].is_empty() {
+                    pv.metadata
+                        .annotations
+                        .get_or_insert_with(Default::default)
+                        .insert(ANN_AZURE_FILE_RESOURCE_GROUP.into(), parts[0].into());
+                }
+            }
+            spec.azure_file = Some(
+                k8s_openapi::api::core::v1::AzureFilePersistentVolumeSource {
+                    read_only: csi.read_only,
+                    share_name: share,
+                    secret_name: secret,
+                    secret_namespace: Some(secret_namespace.unwrap_or_else(|| "default".into())),
+                },
+            );
+        }
         PORTWORX => {
             spec.portworx_volume = Some(k8s_openapi::api::core::v1::PortworxVolumeSource {
                 volume_id: csi.volume_handle.clone(),
@@ -286,6 +341,38 @@ pub fn in_tree_handle(
             "projects/UNSPECIFIED/zones/{location}/disks/{pd_name}"
         ))
     })
+}
+
+/// What an in-tree Azure File PV says, for its CSI handle.
+pub struct AzureFileSource<'a> {
+    pub pv_name: &'a str,
+    pub share_name: &'a str,
+    pub secret_name: &'a str,
+    pub secret_namespace: Option<&'a str>,
+    pub claim_namespace: Option<&'a str>,
+    pub resource_group: Option<&'a str>,
+}
+
+/// The Azure File driver's volume handle of an in-tree PV:
+/// `<resource group>#<account>#<share>#<pv name>#<secret namespace>`.
+pub fn azure_file_handle(s: &AzureFileSource) -> Result<String, String> {
+    let account = s
+        .secret_name
+        .strip_prefix("azure-storage-account-")
+        .and_then(|rest| rest.strip_suffix("-secret"))
+        .filter(|a| !a.is_empty())
+        .unwrap_or(s.secret_name);
+    let namespace = s
+        .secret_namespace
+        .or(s.claim_namespace)
+        .filter(|n| !n.is_empty())
+        .ok_or("could not find a secret namespace in PersistentVolumeSource or ClaimRef")?;
+    Ok(format!(
+        "{}#{account}#{}#{}#{namespace}",
+        s.resource_group.unwrap_or_default(),
+        s.share_name,
+        s.pv_name
+    ))
 }
 
 /// `aws://<zone>/<vol-id>`, `aws:///<vol-id>` or a bare `vol-…` → the EBS volume id.
@@ -418,7 +505,7 @@ mod tests {
             "cannot simultaneously set allowed topologies and zone/zones parameters"
         );
         assert!(
-            translate_class(&class("kubernetes.io/azure-file", &[]))
+            translate_class(&class("kubernetes.io/vsphere-volume", &[]))
                 .unwrap_err()
                 .contains("not supported yet")
         );
@@ -520,6 +607,48 @@ mod tests {
             Ok("pvc-2.vhd")
         );
         assert!(azure_disk_name("vol-1").is_err());
+
+        let mut pv = csi_pv("rg#acct#share-1#pvc-1#", None);
+        pv_to_in_tree(AZURE_FILE, &mut pv).unwrap();
+        assert_eq!(
+            pv.metadata.annotations.as_ref().unwrap()[ANN_AZURE_FILE_RESOURCE_GROUP],
+            "rg"
+        );
+        let file = pv.spec.unwrap().azure_file.unwrap();
+        assert_eq!(
+            (
+                file.share_name.as_str(),
+                file.secret_name.as_str(),
+                file.secret_namespace.as_deref()
+            ),
+            (
+                "share-1",
+                "azure-storage-account-acct-secret",
+                Some("default")
+            )
+        );
+        assert_eq!(
+            azure_file_handle(&AzureFileSource {
+                pv_name: "pvc-1",
+                share_name: "share-1",
+                secret_name: "azure-storage-account-acct-secret",
+                secret_namespace: None,
+                claim_namespace: Some("ns"),
+                resource_group: Some("rg"),
+            }),
+            Ok("rg#acct#share-1#pvc-1#ns".to_string())
+        );
+        assert!(
+            azure_file_handle(&AzureFileSource {
+                pv_name: "pvc-1",
+                share_name: "s",
+                secret_name: "custom",
+                secret_namespace: None,
+                claim_namespace: None,
+                resource_group: None,
+            })
+            .is_err()
+        );
 
         let mut bad = csi_pv("disk-1", None);
         assert!(pv_to_in_tree(GCE_PD, &mut bad).is_err());
