@@ -25,6 +25,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info};
 
+use super::claim::decide::{Work, work_for};
 use super::{Backoff, Context};
 use crate::keys;
 use crate::kube::is_conflict;
@@ -174,7 +175,13 @@ pub async fn race(
     let resource_version = loop {
         let seen = match ctx.caches.claims.get(&key) {
             Some(cached) if cached.0.uid() == claim.uid() => {
-                if ClaimView(&cached.0).selected_node().is_some() {
+                let now = ClaimView(&cached.0);
+                // Taken by another node, or provisioned meanwhile (a bound
+                // claim is cached without its annotations, so its selected
+                // node cannot be seen: bound is enough to stop).
+                if now.selected_node().is_some()
+                    || work_for(now, &ctx.driver.name) != Work::Provision
+                {
                     debug!(claim = %view.key(), "another node took it");
                     // Should it come back (rescheduled), the delay starts afresh.
                     node.race_delay.reset(view.uid());
