@@ -756,14 +756,20 @@ mod tests {
             InitDone,
         ])
         .await;
+        let (before, after) = seen.split_at(2);
         assert_eq!(
-            seen,
-            vec![
+            before,
+            [
                 ("a".to_string(), "Bound".to_string()),
                 ("a".into(), "Bound, with our finalizer".into()),
-                ("a".into(), "Released".into()),
-                ("b".into(), "new".into()),
             ]
+        );
+        // After the relist, every listed object once, in the store's (any) order.
+        let mut after = after.to_vec();
+        after.sort();
+        assert_eq!(
+            after,
+            vec![("a".into(), "Released".into()), ("b".into(), "new".into())]
         );
     }
 
