@@ -257,12 +257,13 @@ fn volume_handle(pv: &Pv) -> Option<Result<String, String>> {
         spec.gce_persistent_disk
             .as_ref()
             .map(|g| (g.pd_name.as_str(), zone)),
-        // Cinder, Portworx: the volume id; Azure Disk: the disk URI.
+        // Cinder, Portworx: the volume id; Azure Disk: the disk URI; vSphere: the path.
         spec.cinder
             .as_ref()
             .or(spec.portworx_volume.as_ref())
             .map(|v| v.volume_id.as_str())
-            .or(spec.azure_disk.as_ref().map(|a| a.disk_uri.as_str())),
+            .or(spec.azure_disk.as_ref().map(|a| a.disk_uri.as_str()))
+            .or(spec.vsphere_volume.as_ref().map(|v| v.volume_path.as_str())),
     )
 }
 

@@ -63,6 +63,15 @@ pub struct PvSpec {
     pub azure_disk: Option<PvAzureDisk>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub azure_file: Option<PvAzureFile>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vsphere_volume: Option<PvVsphere>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PvVsphere {
+    #[serde(default)]
+    pub volume_path: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]

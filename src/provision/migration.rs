@@ -6,8 +6,7 @@
 //! volume handle for `DeleteVolume`.
 //!
 //! Every plugin csi-translation-lib knows is recognised; the translation of
-//! classes and PVs is built for AWS EBS, GCE PD, Cinder, Portworx, Azure Disk
-//! and Azure File. A claim of another
+//! classes and PVs is built for every plugin but RBD. A claim of another
 //! migrated plugin's class fails with a clear reason instead of being
 //! provisioned with untranslated parameters.
 
@@ -25,6 +24,7 @@ const CINDER: &str = "kubernetes.io/cinder";
 const PORTWORX: &str = "kubernetes.io/portworx-volume";
 const AZURE_DISK: &str = "kubernetes.io/azure-disk";
 const AZURE_FILE: &str = "kubernetes.io/azure-file";
+const VSPHERE: &str = "kubernetes.io/vsphere-volume";
 /// PV annotation: the resource group of a migrated Azure File share.
 pub const ANN_AZURE_FILE_RESOURCE_GROUP: &str = "kubernetes.io/azure-file-resource-group";
 
@@ -35,7 +35,7 @@ const PLUGINS: &[(&str, &str)] = &[
     (AZURE_DISK, "disk.csi.azure.com"),
     (AZURE_FILE, "file.csi.azure.com"),
     (CINDER, "cinder.csi.openstack.org"),
-    ("kubernetes.io/vsphere-volume", "csi.vsphere.vmware.com"),
+    (VSPHERE, "csi.vsphere.vmware.com"),
     (PORTWORX, "pxd.portworx.com"),
     ("kubernetes.io/rbd", "rbd.csi.ceph.com"),
 ];
@@ -67,6 +67,7 @@ fn topology_key(plugin: &str) -> Option<&'static str> {
         GCE_PD => Some("topology.gke.io/zone"),
         CINDER => Some("topology.cinder.csi.openstack.org/zone"),
         AZURE_DISK => Some("topology.disk.csi.azure.com/zone"),
+        VSPHERE => Some("topology.csi.vmware.com/zone"),
         _ => None,
     }
 }
@@ -85,6 +86,9 @@ pub fn translate_class(class: &StorageClass) -> Result<StorageClass, String> {
     let key = topology_key(plugin).ok_or_else(|| {
         format!("translating a StorageClass of in-tree plugin {plugin} is not supported yet")
     })?;
+    if plugin == VSPHERE {
+        return vsphere_class(class, key);
+    }
     // Cinder's driver understands `availability` itself: not a topology.
     let zones_are_topology = plugin != CINDER;
     // Azure Disk's driver takes `fsType` under its own name.
@@ -142,6 +146,56 @@ pub fn translate_class(class: &StorageClass) -> Result<StorageClass, String> {
                 .collect(),
         ),
     };
+    Ok(translated)
+}
+
+/// vSphere: the parameters the vSphere driver knows under their migration
+/// names, the others dropped, `csimigration=true` so that the driver reports
+/// the volume's file path, allowed topologies under the driver's zone key.
+fn vsphere_class(class: &StorageClass, key: &str) -> Result<StorageClass, String> {
+    let mut parameters = BTreeMap::new();
+    for (k, v) in class.parameters.iter().flatten() {
+        let lower = k.to_lowercase();
+        let name = match lower.as_str() {
+            "fstype" => FSTYPE_KEY.to_string(),
+            "storagepolicyname" => lower.clone(),
+            "datastore"
+            | "diskformat"
+            | "hostfailurestotolerate"
+            | "forceprovisioning"
+            | "cachereservation"
+            | "diskstripes"
+            | "objectspacereservation"
+            | "iopslimit" => {
+                format!("{lower}-migrationparam")
+            }
+            _ => continue,
+        };
+        parameters.insert(name, v.clone());
+    }
+    parameters.insert("csimigration".into(), "true".into());
+    let mut translated = class.clone();
+    translated.parameters = Some(parameters);
+    translated.allowed_topologies = class.allowed_topologies.as_ref().map(|terms| {
+        terms
+            .iter()
+            .map(|term| TopologySelectorTerm {
+                match_label_expressions: term.match_label_expressions.as_ref().map(|exprs| {
+                    exprs
+                        .iter()
+                        .map(|e| TopologySelectorLabelRequirement {
+                            key: if ZONE_LABELS.contains(&e.key.as_str()) {
+                                key.to_string()
+                            } else {
+                                e.key.clone()
+                            },
+                            values: e.values.clone(),
+                        })
+                        .collect()
+                }),
+            })
+            .collect()
+    });
     Ok(translated)
 }
 
@@ -252,6 +306,19 @@ pub fn pv_to_in_tree(plugin: &str, pv: &mut PersistentVolume) -> Result<(), Stri
                     secret_namespace: Some(secret_namespace.unwrap_or_else(|| "default".into())),
                 },
             );
+        }
+        VSPHERE => {
+            spec.vsphere_volume =
+                Some(k8s_openapi::api::core::v1::VsphereVirtualDiskVolumeSource {
+                    volume_path: csi
+                        .volume_attributes
+                        .as_ref()
+                        .and_then(|a| a.get("initialvolumefilepath"))
+                        .cloned()
+                        .unwrap_or_default(),
+                    fs_type: csi.fs_type.clone(),
+                    ..Default::default()
+                });
         }
         PORTWORX => {
             spec.portworx_volume = Some(k8s_openapi::api::core::v1::PortworxVolumeSource {
@@ -505,7 +572,7 @@ mod tests {
             "cannot simultaneously set allowed topologies and zone/zones parameters"
         );
         assert!(
-            translate_class(&class("kubernetes.io/vsphere-volume", &[]))
+            translate_class(&class("kubernetes.io/rbd", &[]))
                 .unwrap_err()
                 .contains("not supported yet")
         );
@@ -539,6 +606,24 @@ mod tests {
         let params = c.parameters.unwrap();
         assert_eq!(params.get("availability").map(String::as_str), Some("nova"));
         assert_eq!(params.get(FSTYPE_KEY).map(String::as_str), Some("ext4"));
+        let c = translate_class(&class(
+            VSPHERE,
+            &[
+                ("datastore", "ds1"),
+                ("StoragePolicyName", "gold"),
+                ("unknown", "x"),
+            ],
+        ))
+        .unwrap();
+        let want: BTreeMap<String, String> = [
+            ("datastore-migrationparam", "ds1"),
+            ("storagepolicyname", "gold"),
+            ("csimigration", "true"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(c.parameters.unwrap(), want);
         let px = class(PORTWORX, &[("repl", "2")]);
         assert_eq!(translate_class(&px).unwrap(), px);
     }
@@ -587,6 +672,26 @@ mod tests {
         let mut pv = csi_pv("px-1", None);
         pv_to_in_tree(PORTWORX, &mut pv).unwrap();
         assert_eq!(pv.spec.unwrap().portworx_volume.unwrap().volume_id, "px-1");
+
+        let mut pv = csi_pv("vsphere-id", None);
+        pv.spec
+            .as_mut()
+            .unwrap()
+            .csi
+            .as_mut()
+            .unwrap()
+            .volume_attributes = Some(
+            [(
+                "initialvolumefilepath".to_string(),
+                "[ds1] kubevols/pvc-1.vmdk".to_string(),
+            )]
+            .into(),
+        );
+        pv_to_in_tree(VSPHERE, &mut pv).unwrap();
+        assert_eq!(
+            pv.spec.unwrap().vsphere_volume.unwrap().volume_path,
+            "[ds1] kubevols/pvc-1.vmdk"
+        );
 
         let uri = "/subscriptions/s/resourceGroups/g/providers/Microsoft.Compute/disks/pvc-1";
         let mut pv = csi_pv(uri, None);
