@@ -229,6 +229,18 @@ fn volume_handle(pv: &Pv) -> Option<Result<String, String>> {
     if let Some(csi) = &spec.csi {
         return Some(Ok(csi.volume_handle.clone()));
     }
+    if let Some(rbd) = &spec.rbd {
+        return Some(migration::rbd_handle(
+            pv.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(migration::ANN_RBD_VOLUME_HANDLE))
+                .map(String::as_str),
+            &rbd.monitors,
+            rbd.pool.as_deref().unwrap_or("rbd"),
+            &rbd.image,
+        ));
+    }
     if let Some(file) = &spec.azure_file {
         return Some(migration::azure_file_handle(&migration::AzureFileSource {
             pv_name: pv.metadata.name.as_deref().unwrap_or_default(),

@@ -65,6 +65,18 @@ pub struct PvSpec {
     pub azure_file: Option<PvAzureFile>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vsphere_volume: Option<PvVsphere>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rbd: Option<PvRbd>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+pub struct PvRbd {
+    #[serde(default)]
+    pub monitors: Vec<String>,
+    #[serde(default)]
+    pub pool: Option<String>,
+    #[serde(default)]
+    pub image: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
@@ -258,7 +270,8 @@ resource_as!(
 const LEGACY_ZONE_LABEL: &str = "failure-domain.beta.kubernetes.io/zone";
 
 /// The PV annotations any decision of ours reads; a cached PV keeps only these.
-const READ_ANNOTATIONS: [&str; 5] = [
+const READ_ANNOTATIONS: [&str; 6] = [
+    crate::provision::migration::ANN_RBD_VOLUME_HANDLE,
     crate::provision::migration::ANN_AZURE_FILE_RESOURCE_GROUP,
     keys::ANN_PROVISIONED_BY,
     keys::ANN_MIGRATED_TO,

@@ -5,10 +5,8 @@
 //! is saved in the in-tree form, and such a PV is translated back to its CSI
 //! volume handle for `DeleteVolume`.
 //!
-//! Every plugin csi-translation-lib knows is recognised; the translation of
-//! classes and PVs is built for every plugin but RBD. A claim of another
-//! migrated plugin's class fails with a clear reason instead of being
-//! provisioned with untranslated parameters.
+//! Every plugin csi-translation-lib translates is translated here too: AWS
+//! EBS, GCE PD, Azure Disk, Azure File, Cinder, vSphere, Portworx and RBD.
 
 use std::collections::BTreeMap;
 
@@ -25,6 +23,9 @@ const PORTWORX: &str = "kubernetes.io/portworx-volume";
 const AZURE_DISK: &str = "kubernetes.io/azure-disk";
 const AZURE_FILE: &str = "kubernetes.io/azure-file";
 const VSPHERE: &str = "kubernetes.io/vsphere-volume";
+const RBD: &str = "kubernetes.io/rbd";
+/// PV annotation: the RBD CSI driver's handle of a migrated RBD volume.
+pub const ANN_RBD_VOLUME_HANDLE: &str = "rbd.csi.ceph.com/volume-handle";
 /// PV annotation: the resource group of a migrated Azure File share.
 pub const ANN_AZURE_FILE_RESOURCE_GROUP: &str = "kubernetes.io/azure-file-resource-group";
 
@@ -37,7 +38,7 @@ const PLUGINS: &[(&str, &str)] = &[
     (CINDER, "cinder.csi.openstack.org"),
     (VSPHERE, "csi.vsphere.vmware.com"),
     (PORTWORX, "pxd.portworx.com"),
-    ("kubernetes.io/rbd", "rbd.csi.ceph.com"),
+    (RBD, "rbd.csi.ceph.com"),
 ];
 
 /// The legacy and the GA zone label a class's topology or a PV may name.
@@ -82,6 +83,9 @@ pub fn translate_class(class: &StorageClass) -> Result<StorageClass, String> {
     if plugin == PORTWORX || plugin == AZURE_FILE {
         // These drivers take the in-tree parameters as they are.
         return Ok(class.clone());
+    }
+    if plugin == RBD {
+        return rbd_class(class);
     }
     let key = topology_key(plugin).ok_or_else(|| {
         format!("translating a StorageClass of in-tree plugin {plugin} is not supported yet")
@@ -146,6 +150,79 @@ pub fn translate_class(class: &StorageClass) -> Result<StorageClass, String> {
                 .collect(),
         ),
     };
+    Ok(translated)
+}
+
+/// The hex MD5 of the monitors: the cluster id the RBD driver knows them by.
+fn cluster_id(monitors: &str) -> String {
+    use md5::{Digest, Md5};
+    Md5::digest(monitors.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// RBD: defaults first (migration, pool `rbd`, secret namespaces `default`),
+/// then the in-tree parameters under the RBD driver's names; the admin
+/// secret becomes the provisioner, node-stage and controller-expand secret;
+/// the monitors name the cluster.
+fn rbd_class(class: &StorageClass) -> Result<StorageClass, String> {
+    const SECRET_KINDS: [&str; 3] = ["provisioner", "node-stage", "controller-expand"];
+    let mut p: BTreeMap<String, String> = BTreeMap::new();
+    p.insert("migration".into(), "true".into());
+    p.insert("pool".into(), "rbd".into());
+    for kind in SECRET_KINDS {
+        p.insert(
+            format!("csi.storage.k8s.io/{kind}-secret-namespace"),
+            "default".into(),
+        );
+    }
+    for (k, v) in class.parameters.iter().flatten() {
+        match k.to_lowercase().as_str() {
+            "fstype" => {
+                p.insert(FSTYPE_KEY.into(), v.clone());
+            }
+            "imagefeatures" => {
+                p.insert("imageFeatures".into(), v.clone());
+            }
+            "pool" => {
+                p.insert("pool".into(), v.clone());
+            }
+            "imageformat" => {
+                p.insert("imageFormat".into(), v.clone());
+            }
+            "adminid" => {
+                p.insert("adminId".into(), v.clone());
+            }
+            "adminsecretname" => {
+                for kind in SECRET_KINDS {
+                    p.insert(format!("csi.storage.k8s.io/{kind}-secret-name"), v.clone());
+                }
+            }
+            "adminsecretnamespace" => {
+                for kind in SECRET_KINDS {
+                    p.insert(
+                        format!("csi.storage.k8s.io/{kind}-secret-namespace"),
+                        v.clone(),
+                    );
+                }
+            }
+            "monitors" => {
+                p.insert("monitors".into(), v.clone());
+                p.insert("clusterID".into(), cluster_id(v));
+            }
+            _ => {}
+        }
+    }
+    let present = |k: &str| p.get(k).is_some_and(|v| !v.is_empty());
+    if !present("csi.storage.k8s.io/provisioner-secret-name") {
+        return Err("missing Ceph admin secret name".into());
+    }
+    if !present("monitors") {
+        return Err("missing Ceph monitors".into());
+    }
+    let mut translated = class.clone();
+    translated.parameters = Some(p);
     Ok(translated)
 }
 
@@ -320,6 +397,31 @@ pub fn pv_to_in_tree(plugin: &str, pv: &mut PersistentVolume) -> Result<(), Stri
                     ..Default::default()
                 });
         }
+        RBD => {
+            let attrs = csi.volume_attributes.clone().unwrap_or_default();
+            let attr = |k: &str| attrs.get(k).cloned().unwrap_or_default();
+            let user = Some(attr("adminId")).filter(|u| !u.is_empty());
+            spec.rbd = Some(k8s_openapi::api::core::v1::RBDPersistentVolumeSource {
+                monitors: vec![String::new()],
+                image: attr("imageName"),
+                fs_type: csi.fs_type.clone(),
+                pool: Some(attr("pool")),
+                user: Some(user.unwrap_or_else(|| "admin".into())),
+                read_only: csi.read_only,
+                secret_ref: csi.node_stage_secret_ref.as_ref().map(|s| {
+                    k8s_openapi::api::core::v1::SecretReference {
+                        name: s.name.clone(),
+                        namespace: s.namespace.clone(),
+                    }
+                }),
+                ..Default::default()
+            });
+            let annotations = pv.metadata.annotations.get_or_insert_with(Default::default);
+            annotations.insert(ANN_RBD_VOLUME_HANDLE.into(), csi.volume_handle.clone());
+            for key in ["clusterID", "journalPool", "imageFeatures", "imageFormat"] {
+                annotations.insert(key.into(), attr(key));
+            }
+        }
         PORTWORX => {
             spec.portworx_volume = Some(k8s_openapi::api::core::v1::PortworxVolumeSource {
                 volume_id: csi.volume_handle.clone(),
@@ -408,6 +510,29 @@ pub fn in_tree_handle(
             "projects/UNSPECIFIED/zones/{location}/disks/{pd_name}"
         ))
     })
+}
+
+/// The RBD driver's handle of an in-tree RBD PV: the handle it was created
+/// with (annotation), else the migration handle composed from the monitors,
+/// the pool and the image.
+pub fn rbd_handle(
+    annotated: Option<&str>,
+    monitors: &[String],
+    pool: &str,
+    image: &str,
+) -> Result<String, String> {
+    if let Some(handle) = annotated.filter(|h| !h.is_empty()) {
+        return Ok(handle.to_string());
+    }
+    let image = image
+        .split_once("kubernetes-dynamic-pvc-")
+        .map(|(_, rest)| rest)
+        .ok_or_else(|| format!("RBD image {image:?} was not made by the in-tree provisioner"))?;
+    let pool_hex: String = pool.bytes().map(|b| format!("{b:02x}")).collect();
+    Ok(format!(
+        "mig_mons-{}_image-{image}_{pool_hex}",
+        cluster_id(&monitors.join(","))
+    ))
 }
 
 /// What an in-tree Azure File PV says, for its CSI handle.
@@ -572,7 +697,7 @@ mod tests {
             "cannot simultaneously set allowed topologies and zone/zones parameters"
         );
         assert!(
-            translate_class(&class("kubernetes.io/rbd", &[]))
+            translate_class(&class("kubernetes.io/flocker", &[]))
                 .unwrap_err()
                 .contains("not supported yet")
         );
@@ -624,6 +749,28 @@ mod tests {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
         assert_eq!(c.parameters.unwrap(), want);
+        let c = translate_class(&class(
+            RBD,
+            &[
+                ("monitors", "10.0.0.1:6789"),
+                ("adminSecretName", "ceph"),
+                ("pool", "kube"),
+            ],
+        ))
+        .unwrap();
+        let params = c.parameters.unwrap();
+        assert_eq!(params["clusterID"], cluster_id("10.0.0.1:6789"));
+        assert_eq!(params["pool"], "kube");
+        assert_eq!(params["csi.storage.k8s.io/provisioner-secret-name"], "ceph");
+        assert_eq!(
+            params["csi.storage.k8s.io/node-stage-secret-namespace"],
+            "default"
+        );
+        assert_eq!(params["migration"], "true");
+        assert_eq!(
+            translate_class(&class(RBD, &[("monitors", "m")])).unwrap_err(),
+            "missing Ceph admin secret name"
+        );
         let px = class(PORTWORX, &[("repl", "2")]);
         assert_eq!(translate_class(&px).unwrap(), px);
     }
@@ -672,6 +819,44 @@ mod tests {
         let mut pv = csi_pv("px-1", None);
         pv_to_in_tree(PORTWORX, &mut pv).unwrap();
         assert_eq!(pv.spec.unwrap().portworx_volume.unwrap().volume_id, "px-1");
+
+        // MD5 as everyone computes it (RFC 1321's test vector).
+        assert_eq!(cluster_id("abc"), "900150983cd24fb0d6963f7d28e17f72");
+        let mut pv = csi_pv("0001-rbd-handle", None);
+        pv.spec
+            .as_mut()
+            .unwrap()
+            .csi
+            .as_mut()
+            .unwrap()
+            .volume_attributes = Some(
+            [
+                ("imageName", "csi-vol-1"),
+                ("pool", "kube"),
+                ("clusterID", "c1"),
+            ]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        );
+        pv_to_in_tree(RBD, &mut pv).unwrap();
+        assert_eq!(
+            pv.metadata.annotations.as_ref().unwrap()[ANN_RBD_VOLUME_HANDLE],
+            "0001-rbd-handle"
+        );
+        let rbd = pv.spec.unwrap().rbd.unwrap();
+        assert_eq!(
+            (rbd.image.as_str(), rbd.pool.as_deref(), rbd.user.as_deref()),
+            ("csi-vol-1", Some("kube"), Some("admin"))
+        );
+        assert_eq!(
+            rbd_handle(Some("0001-rbd-handle"), &[], "", ""),
+            Ok("0001-rbd-handle".to_string())
+        );
+        assert_eq!(
+            rbd_handle(None, &["m1".into()], "rbd", "kubernetes-dynamic-pvc-abc"),
+            Ok(format!("mig_mons-{}_image-abc_726264", cluster_id("m1")))
+        );
 
         let mut pv = csi_pv("vsphere-id", None);
         pv.spec
