@@ -74,11 +74,16 @@ fn a_small_burst_runs_every_contender_end_to_end() {
             r["all_gone_secs"].as_f64().is_some(),
             "{who}: not every volume was deleted"
         );
-        assert_eq!(
-            r["csi_calls"]["CreateVolume"].as_f64(),
-            Some(CLAIMS as f64),
-            "{who}"
-        );
+        // Upstream sometimes calls CreateVolume again for a claim it already
+        // provisioned (a stale cache, its #1469 family; CreateVolume is
+        // idempotent by name): at least once per claim for it, exactly once
+        // for ours and the floor.
+        let creates = r["csi_calls"]["CreateVolume"].as_f64();
+        if who == "upstream" {
+            assert!(creates >= Some(CLAIMS as f64), "{who}: {creates:?}");
+        } else {
+            assert_eq!(creates, Some(CLAIMS as f64), "{who}");
+        }
         assert!(
             r["csi_calls"]["DeleteVolume"].as_f64() >= Some(CLAIMS as f64),
             "{who}: {}",
