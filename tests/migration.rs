@@ -233,3 +233,88 @@ async fn in_tree_claims_are_provisioned_as_upstream_does() {
         compare(plugin).await;
     }
 }
+
+/// An in-tree PV whose source does not translate (a GCE PD whose zone label names no region) is
+/// not
+/// touched when it is released: a `VolumeFailedDelete` warning says why, the PV is not made
+/// Terminating, no `DeleteVolume` is sent.
+#[tokio::test]
+async fn an_in_tree_pv_that_does_not_translate_is_left_with_a_reason() {
+    use kube::api::ListParams;
+    let cluster = cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    let driver = DriverProcess::start(
+        &binary_path().expect("csi-test-driver binary"),
+        dir.path(),
+        &DriverOptions {
+            // Not a driver of the side-by-side test, which runs at the same time.
+            drivername: "pd.csi.storage.gke.io".into(),
+            ..DriverOptions::default()
+        },
+    )
+    .await
+    .expect("starting the test driver");
+    let name = unique_name("pv-bad-gce");
+    let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": name,
+            "annotations": {"pv.kubernetes.io/provisioned-by": "kubernetes.io/gce-pd"},
+            "labels": {"failure-domain.beta.kubernetes.io/zone": "bad__zone"},
+            "finalizers": ["external-provisioner.volume.kubernetes.io/finalizer"],
+        },
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Delete",
+            "gcePersistentDisk": {"pdName": "disk-1"},
+            "claimRef": {"namespace": "default", "name": "gone", "uid": "00000000-0000-0000-0000-000000000001"},
+        }
+    }))
+    .unwrap();
+    let pvs = Api::<PersistentVolume>::all(cluster.client.clone());
+    pvs.create(&PostParams::default(), &pv)
+        .await
+        .expect("creating the PV");
+    let sidecar = ChildProcess::spawn(
+        Command::new(support::workspace_bin("csi-provisioner")).args([
+            format!("--csi-address={}", driver.csi_address()),
+            format!("--kubeconfig={}", cluster.kubeconfig.display()),
+            "--leader-election=false".into(),
+            "-v=5".into(),
+        ]),
+    );
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(cluster.client.clone(), "default");
+    let message = wait_for("a VolumeFailedDelete event on the PV", DEADLINE, || async {
+        let list = events
+            .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+            .await
+            .expect("listing events");
+        list.items
+            .into_iter()
+            // Ours, not kube-controller-manager's.
+            .filter(|e| e.reason.as_deref() == Some("VolumeFailedDelete"))
+            .filter_map(|e| e.message)
+            .find(|m| m.contains("zone in unexpected format"))
+            .ok_or_else(|| tail(&sidecar))
+    })
+    .await;
+    assert!(message.contains("bad"), "{message}");
+    let now = pvs.get(&name).await.expect("the PV is still there");
+    assert!(
+        now.metadata.deletion_timestamp.is_none(),
+        "not made Terminating"
+    );
+    let ledger = driver.control().await.unwrap().ledger().await.unwrap();
+    assert_eq!(ledger.calls.get("DeleteVolume"), None, "no DeleteVolume");
+    drop(sidecar);
+    // Clean up: our finalizer off, then the PV.
+    let _ = pvs
+        .patch(
+            &name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+        )
+        .await;
+    let _ = pvs.delete(&name, &DeleteParams::default()).await;
+}

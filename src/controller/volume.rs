@@ -32,6 +32,10 @@ pub enum VolumeError {
     Kube(#[from] kube::Error),
     #[error("not the leader: not acting")]
     NotLeader,
+    /// No volume handle can be read from the PV (no CSI source, or an in-tree
+    /// source that does not translate): nothing is touched, retried later.
+    #[error("{0}")]
+    Invalid(String),
 }
 
 /// What a PV needs from us, decided from the cached (or fresh) object.
@@ -153,22 +157,29 @@ async fn delete(ctx: &Context, cached: &Pv) -> Result<(), VolumeError> {
     if !ctx.leader.is_leader() {
         return Err(VolumeError::NotLeader);
     }
+    // Known before the PV is touched: a PV whose volume cannot be named is
+    // left as it is (not made Terminating with nothing to delete), as upstream.
+    let handle = match volume_handle(cached) {
+        Some(Ok(handle)) => handle,
+        other => {
+            let err = VolumeError::Invalid(match other {
+                Some(Err(e)) => e,
+                _ => "invalid CSI PV".into(),
+            });
+            ctx.recorder.record(
+                cached,
+                EventType::Warning,
+                "VolumeFailedDelete",
+                &err.to_string(),
+            );
+            return Err(err);
+        }
+    };
     let Some(pv) = confirm_delete(ctx, cached).await? else {
         debug!(pv = %cached.name_any(), "no longer to be deleted");
         return Ok(());
     };
     let started = Instant::now();
-    let Some(handle) = volume_handle(&pv) else {
-        warn!(pv = %pv.name_any(), "invalid CSI PV: no csi source");
-        return Ok(());
-    };
-    let handle = match handle {
-        Ok(handle) => handle,
-        Err(e) => {
-            warn!(pv = %pv.name_any(), error = %e, "cannot translate the in-tree PV to CSI");
-            return Ok(());
-        }
-    };
     let secrets = deletion_secrets(ctx, &pv).await;
     if !ctx.leader.is_leader() {
         return Err(VolumeError::NotLeader);
