@@ -66,19 +66,25 @@ fn tail(sidecar: &ChildProcess) -> String {
     lines[lines.len().saturating_sub(15)..].join("\n")
 }
 
-async fn scenario(plugin: &Plugin, who: Sidecar) -> Observed {
-    let cluster = cluster().await;
+/// A test driver that calls itself `name`, in a directory of its own.
+async fn start_driver(name: &str) -> (tempfile::TempDir, DriverProcess) {
     let dir = tempfile::tempdir().unwrap();
     let driver = DriverProcess::start(
         &binary_path().expect("csi-test-driver binary"),
         dir.path(),
         &DriverOptions {
-            drivername: plugin.driver.into(),
+            drivername: name.into(),
             ..DriverOptions::default()
         },
     )
     .await
     .expect("starting the test driver");
+    (dir, driver)
+}
+
+async fn scenario(plugin: &Plugin, who: Sidecar) -> Observed {
+    let cluster = cluster().await;
+    let (_dir, driver) = start_driver(plugin.driver).await;
     let ns = TestNamespace::create(&cluster.client, "migration").await;
     let class = unique_name("in-tree");
     let mut fixture = StorageClassFixture::new(&class, plugin.in_tree)
@@ -242,18 +248,8 @@ async fn in_tree_claims_are_provisioned_as_upstream_does() {
 async fn an_in_tree_pv_that_does_not_translate_is_left_with_a_reason() {
     use kube::api::ListParams;
     let cluster = cluster().await;
-    let dir = tempfile::tempdir().unwrap();
-    let driver = DriverProcess::start(
-        &binary_path().expect("csi-test-driver binary"),
-        dir.path(),
-        &DriverOptions {
-            // Not a driver of the side-by-side test, which runs at the same time.
-            drivername: "pd.csi.storage.gke.io".into(),
-            ..DriverOptions::default()
-        },
-    )
-    .await
-    .expect("starting the test driver");
+    // Not a driver of the side-by-side test, which runs at the same time.
+    let (_dir, driver) = start_driver("pd.csi.storage.gke.io").await;
     let name = unique_name("pv-bad-gce");
     let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
         "metadata": {
