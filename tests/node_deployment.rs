@@ -11,6 +11,9 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
 
+use csi_provisioner::keys;
+use csi_test_driver::GrpcCode;
+use csi_test_driver::control::Fault;
 use csi_test_driver::ledger::Ledger;
 use csi_test_driver::process::{DriverOptions, DriverProcess, binary_path};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -411,6 +414,52 @@ async fn a_node_without_room_does_not_take_an_immediate_claim() {
         rig.delete_claim(name).await;
     }
     wait_every_volume_gone(&rig, &nodes).await;
+    drop(nodes);
+    rig.ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_claim_sent_back_by_a_full_node_can_be_deleted() {
+    // Node A's driver has no room (ResourceExhausted): A sends the claim back to the
+    // scheduler. A claim deleted then must not wait for a cleanup no node would do: the
+    // intent went with the selected node, in the same write.
+    let (rig, nodes) = three_nodes("node-deployment-full", false).await;
+    rig.control
+        .set_fault(
+            "CreateVolume",
+            Fault::Error {
+                code: GrpcCode::ResourceExhausted,
+                count: 1,
+                message: Some("injected: node full".into()),
+            },
+        )
+        .await
+        .unwrap();
+    rig.create_claim(rig.claim("sent-back").selected_node(NODES[0]))
+        .await;
+    let claims = rig.claims();
+    wait_for("node A to send the claim back", DEADLINE, || async {
+        let c = claims.get("sent-back").await.expect("reading the claim");
+        let meta = &c.metadata;
+        let selected = meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("volume.kubernetes.io/selected-node").cloned());
+        match (selected, &meta.finalizers) {
+            (None, f) if !f.iter().flatten().any(|f| f == keys::FINALIZER_PVC_INTENT) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    rig.delete_claim("sent-back").await;
+    rig.wait_claim_gone("sent-back").await;
+    for node in &nodes {
+        assert!(
+            node.ledger(&rig).await.volumes.is_empty(),
+            "node {} holds no volume",
+            node.name
+        );
+    }
     drop(nodes);
     rig.ns.cleanup().await;
 }

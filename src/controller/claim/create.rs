@@ -330,7 +330,7 @@ pub(super) async fn prepare(
             let err = fail(ClaimError::Invalid(ProvisionError::Topology(format!(
                 "failed to get selected CSINode {node}: csinode.storage.k8s.io \"{node}\" not found"
             ))));
-            reschedule(ctx, claim).await?;
+            reschedule(ctx, claim, Reschedule::NodeGone).await?;
             return Err(err);
         }
         Err(TopologyError::Invalid(e)) => {
@@ -436,7 +436,7 @@ async fn create_volume(
                     view.uid(),
                     class.metadata.uid.as_deref().unwrap_or_default(),
                 ),
-                CsiErrorClass::Reschedule => reschedule(ctx, claim).await?,
+                CsiErrorClass::Reschedule => reschedule(ctx, claim, Reschedule::NoRoom).await?,
                 CsiErrorClass::InBackground | CsiErrorClass::Final => {}
             }
             Err(err)
@@ -444,14 +444,41 @@ async fn create_volume(
     }
 }
 
-/// `ResourceExhausted` on the selected node (or the node vanished): let the
-/// scheduler choose again.
-async fn reschedule(ctx: &Context, claim: &PersistentVolumeClaim) -> Result<(), ClaimError> {
+/// Why a claim goes back to the scheduler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reschedule {
+    /// The selected node's CSINode is gone (upstream #1438). Nothing was
+    /// asked of the driver this time, so an intent left by an earlier attempt
+    /// (whose volume may exist) stays.
+    NodeGone,
+    /// The driver answered `ResourceExhausted` to `CreateVolume` by name. That
+    /// answer is also its word that no volume of that name exists (an
+    /// idempotent `CreateVolume` would have returned it), so the intent goes
+    /// in the same write: another node may take the claim, and a claim deleted
+    /// now has nothing of ours left to clean up — with one sidecar per node
+    /// no other node could (it would ask its own driver).
+    NoRoom,
+}
+
+/// Lets the scheduler choose again: the selected node goes (UID-fenced).
+async fn reschedule(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+    why: Reschedule,
+) -> Result<(), ClaimError> {
     let view = ClaimView(claim);
-    let body =
+    let mut body =
         json!({"metadata": {"uid": view.uid(), "annotations": {view.selected_node_key(): null}}});
+    if why == Reschedule::NoRoom {
+        body["metadata"]["$deleteFromPrimitiveList/finalizers"] =
+            json!([keys::FINALIZER_PVC_INTENT]);
+    }
     Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), view.namespace())
-        .patch(view.name(), &PatchParams::default(), &Patch::Merge(&body))
+        .patch(
+            view.name(),
+            &PatchParams::default(),
+            &Patch::Strategic(&body),
+        )
         .await
         .map_err(ClaimError::Reschedule)?;
     Ok(())

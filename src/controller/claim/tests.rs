@@ -676,6 +676,48 @@ async fn resource_exhausted_on_the_selected_node_asks_the_scheduler_again() {
             .unwrap()
             .contains_key(keys::ANN_SELECTED_NODE)
     );
+    // The driver said no volume of that name exists: the intent goes with it,
+    // so no node is left holding a claim it could not clean up.
+    assert_eq!(
+        rig.body(4)["metadata"]["$deleteFromPrimitiveList/finalizers"],
+        json!([keys::FINALIZER_PVC_INTENT])
+    );
+}
+
+#[tokio::test]
+async fn a_vanished_node_sends_the_claim_back_and_keeps_an_earlier_intent() {
+    // An earlier attempt recorded the intent (its volume may exist); now the
+    // selected node's CSINode is gone. Nothing is asked of the driver, so
+    // nothing proves the volume absent: only the selected node goes.
+    let c = ClaimFixture::ours().on_node("n1").intent().0;
+    let caps = DriverCapabilities {
+        controller_service: true,
+        create_delete_volume: true,
+        accessibility_constraints: true,
+        ..Default::default()
+    };
+    let rig = Rig::new(
+        vec![
+            ("GET csinodes/n1", Reply::Status(404)),
+            (PATCH_CLAIM, claim_object(&c)),
+        ],
+        caps,
+    )
+    .await;
+    assert!(rig.provision(&c).await.is_err());
+    rig.assert_script_done();
+    assert_eq!(
+        rig.body(1)["metadata"]["annotations"][keys::ANN_SELECTED_NODE],
+        Value::Null
+    );
+    assert!(
+        rig.body(1)["metadata"]
+            .get("$deleteFromPrimitiveList/finalizers")
+            .is_none(),
+        "{}",
+        rig.body(1)
+    );
+    assert_eq!(rig.backend().await.1, 0);
 }
 
 #[tokio::test]
