@@ -7,7 +7,7 @@
 
 mod support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
 use csi_test_driver::process::{DriverOptions, DriverProcess, binary_path};
@@ -16,8 +16,8 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use support::{
-    ChildProcess, DEADLINE, PvcFixture, StorageClassFixture, TestNamespace, cluster, unique_name,
-    wait_for,
+    ChildProcess, DEADLINE, PvcFixture, StorageClassFixture, TestNamespace, cluster, free_address,
+    unique_name, wait_for,
 };
 
 /// A migrated plugin: its CSI driver, its in-tree name, the class parameters of the scenario.
@@ -58,6 +58,44 @@ struct Observed {
     pv: String,
     /// `DeleteVolume` calls that deleted the volume.
     deleted: usize,
+    /// The `migrated` label of `csi_sidecar_operations_seconds`, per gRPC method (of the methods
+    /// both sidecars call after start-up).
+    migrated: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// The methods whose `migrated` label is compared: the create and delete of the migrated volume
+/// and a start-up call that is not about a volume.
+const LABELLED: [&str; 3] = [
+    "/csi.v1.Controller/CreateVolume",
+    "/csi.v1.Controller/DeleteVolume",
+    "/csi.v1.Controller/ControllerGetCapabilities",
+];
+
+/// `method_name` → the `migrated` values of its `csi_sidecar_operations_seconds_count` samples
+/// (`-` where the label is absent), for the methods in [`LABELLED`].
+fn migrated_labels(body: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in body.lines() {
+        let Some(rest) = line.strip_prefix("csi_sidecar_operations_seconds_count{") else {
+            continue;
+        };
+        let labels = rest.split('}').next().unwrap_or_default();
+        let label = |name: &str| {
+            labels.split(',').find_map(|kv| {
+                let (k, v) = kv.split_once('=')?;
+                (k.trim() == name).then(|| v.trim_matches('"').to_string())
+            })
+        };
+        let Some(method) = label("method_name") else {
+            continue;
+        };
+        if LABELLED.contains(&method.as_str()) {
+            out.entry(method)
+                .or_default()
+                .insert(label("migrated").unwrap_or_else(|| "-".into()));
+        }
+    }
+    out
 }
 
 fn tail(sidecar: &ChildProcess) -> String {
@@ -101,8 +139,10 @@ async fn scenario(plugin: &Plugin, who: Sidecar) -> Observed {
         Sidecar::Upstream => support::testbed_bin("csi-provisioner-upstream"),
         Sidecar::Ours => support::workspace_bin("csi-provisioner"),
     };
+    let address = free_address();
     let sidecar = ChildProcess::spawn(Command::new(binary).args([
         format!("--csi-address={}", driver.csi_address()),
+        format!("--http-endpoint={address}"),
         format!("--kubeconfig={}", cluster.kubeconfig.display()),
         "--leader-election=false".into(),
         "--timeout=10s".into(),
@@ -208,6 +248,20 @@ async fn scenario(plugin: &Plugin, who: Sidecar) -> Observed {
         .iter()
         .filter(|o| o.method == "DeleteVolume" && o.volume_id.as_deref() == Some(&volume_id))
         .count();
+    // The DeleteVolume sample is recorded when the call returns: scrape until it shows.
+    let migrated = wait_for("the DeleteVolume metric", DEADLINE, || async {
+        let body = support::get(&address, "/metrics", None)
+            .await
+            .map_err(|e| e.to_string())?
+            .body;
+        let labels = migrated_labels(&body);
+        if labels.contains_key(LABELLED[1]) {
+            Ok(labels)
+        } else {
+            Err(body)
+        }
+    })
+    .await;
     drop(sidecar);
     Api::<StorageClass>::all(cluster.client.clone())
         .delete(&class, &DeleteParams::default())
@@ -218,6 +272,7 @@ async fn scenario(plugin: &Plugin, who: Sidecar) -> Observed {
         volume,
         pv: pv_summary,
         deleted,
+        migrated,
     }
 }
 
@@ -228,6 +283,15 @@ async fn compare(plugin: &Plugin) {
     assert_eq!(ours.volume, upstream.volume, "the backend's request");
     assert_eq!(ours.pv, upstream.pv, "the PV");
     assert_eq!(ours.deleted, 1, "the volume deleted once");
+    assert_eq!(
+        ours.migrated, upstream.migrated,
+        "the migrated label of the CSI calls"
+    );
+    assert_eq!(
+        ours.migrated[LABELLED[0]],
+        BTreeSet::from(["true".to_string()]),
+        "the migrated volume's CreateVolume"
+    );
     assert!(upstream.deleted >= 1);
 }
 
