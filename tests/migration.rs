@@ -25,22 +25,34 @@ struct Plugin {
     driver: &'static str,
     in_tree: &'static str,
     parameters: &'static [(&'static str, &'static str)],
+    /// The class's allowed zones (`topology.kubernetes.io/zone`).
+    allowed_zones: &'static [&'static str],
+    /// The driver's topology segment (its zone key and zone), reported for each volume.
+    topology: Option<(&'static str, &'static str)>,
 }
 
 const AWS_EBS: Plugin = Plugin {
     driver: "ebs.csi.aws.com",
     in_tree: "kubernetes.io/aws-ebs",
-    parameters: &[("type", "gp2"), ("fsType", "xfs")],
+    // `zone` becomes the driver's allowed topology; its volume's zone the PV's Kubernetes zone
+    // and region (node affinity and labels).
+    parameters: &[("type", "gp2"), ("fsType", "xfs"), ("zone", "us-east-1a")],
+    allowed_zones: &[],
+    topology: Some(("topology.ebs.csi.aws.com/zone", "us-east-1a")),
 };
 const CINDER: Plugin = Plugin {
     driver: "cinder.csi.openstack.org",
     in_tree: "kubernetes.io/cinder",
     parameters: &[("availability", "nova"), ("fstype", "ext4")],
+    allowed_zones: &["nova"],
+    topology: Some(("topology.cinder.csi.openstack.org/zone", "nova")),
 };
 const PORTWORX: Plugin = Plugin {
     driver: "pxd.portworx.com",
     in_tree: "kubernetes.io/portworx-volume",
     parameters: &[("repl", "2"), ("fs", "ext4")],
+    allowed_zones: &[],
+    topology: None,
 };
 
 #[derive(Clone, Copy, Debug)]
@@ -106,12 +118,21 @@ fn tail(sidecar: &ChildProcess) -> String {
 
 /// A test driver that calls itself `name`, in a directory of its own.
 async fn start_driver(name: &str) -> (tempfile::TempDir, DriverProcess) {
+    start_driver_in(name, None).await
+}
+
+/// A test driver that calls itself `name` and reports `topology` for its volumes.
+async fn start_driver_in(
+    name: &str,
+    topology: Option<(&str, &str)>,
+) -> (tempfile::TempDir, DriverProcess) {
     let dir = tempfile::tempdir().unwrap();
     let driver = DriverProcess::start(
         &binary_path().expect("csi-test-driver binary"),
         dir.path(),
         &DriverOptions {
             drivername: name.into(),
+            topology: topology.map(|(k, v)| (k.to_string(), v.to_string())),
             ..DriverOptions::default()
         },
     )
@@ -122,7 +143,7 @@ async fn start_driver(name: &str) -> (tempfile::TempDir, DriverProcess) {
 
 async fn scenario(plugin: &Plugin, who: Sidecar) -> Observed {
     let cluster = cluster().await;
-    let (_dir, driver) = start_driver(plugin.driver).await;
+    let (_dir, driver) = start_driver_in(plugin.driver, plugin.topology).await;
     let ns = TestNamespace::create(&cluster.client, "migration").await;
     let class = unique_name("in-tree");
     let mut fixture = StorageClassFixture::new(&class, plugin.in_tree)
@@ -130,6 +151,9 @@ async fn scenario(plugin: &Plugin, who: Sidecar) -> Observed {
         .binding_mode("Immediate");
     for (k, v) in plugin.parameters {
         fixture = fixture.param(k, v);
+    }
+    if !plugin.allowed_zones.is_empty() {
+        fixture = fixture.allowed_topology("topology.kubernetes.io/zone", plugin.allowed_zones);
     }
     Api::<StorageClass>::all(cluster.client.clone())
         .create(&PostParams::default(), &fixture.build())
@@ -208,7 +232,7 @@ async fn scenario(plugin: &Plugin, who: Sidecar) -> Observed {
         .collect();
     annotations.sort();
     let pv_summary = format!(
-        "csi={} in-tree=(volumeID-is-handle={} fsType={:?}) source={field}{keys:?} capacity={:?} modes={:?} reclaim={:?} annotations={annotations:?} finalizers={:?}",
+        "csi={} in-tree=(volumeID-is-handle={} fsType={:?}) source={field}{keys:?} capacity={:?} modes={:?} reclaim={:?} annotations={annotations:?} finalizers={:?} labels={:?} affinity={}",
         spec.csi.is_some(),
         in_tree_id == volume_id,
         in_tree_fs,
@@ -219,6 +243,8 @@ async fn scenario(plugin: &Plugin, who: Sidecar) -> Observed {
         spec.access_modes,
         spec.persistent_volume_reclaim_policy,
         pv.metadata.finalizers,
+        pv.metadata.labels,
+        serde_json::to_string(&spec.node_affinity).unwrap(),
     );
     let volume = (volume.capacity_bytes, volume.parameters.clone());
 
