@@ -32,11 +32,33 @@ const DEFAULT_BUCKETS: [f64; 11] = [
 /// (upstream: component-base metrics/prometheus/workqueue).
 const WORKQUEUE_BUCKETS: [f64; 10] = [1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0];
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// Labels of `csi_sidecar_operations_seconds`. `migrated` exists only when
+/// the driver is the target of an in-tree plugin's migration (upstream then
+/// adds the label to every call: `true` for the create and delete of a
+/// migrated volume, `false` for the rest); otherwise it is absent.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct CsiOperationLabels {
     pub driver_name: String,
     pub method_name: String,
     pub grpc_status_code: String,
+    pub migrated: Option<bool>,
+}
+
+impl EncodeLabelSet for CsiOperationLabels {
+    fn encode(
+        &self,
+        encoder: &mut prometheus_client::encoding::LabelSetEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        let mut labels = vec![
+            ("driver_name", self.driver_name.as_str()),
+            ("method_name", self.method_name.as_str()),
+            ("grpc_status_code", self.grpc_status_code.as_str()),
+        ];
+        if let Some(migrated) = self.migrated {
+            labels.push(("migrated", if migrated { "true" } else { "false" }));
+        }
+        labels.encode(encoder)
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -577,6 +599,29 @@ mod tests {
         text.lines()
             .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
             .map(|v| v.parse().unwrap())
+    }
+
+    #[test]
+    fn the_migrated_label_is_there_only_for_a_migration_target() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        for (driver, migrated) in [("d", None), ("ebs.csi.aws.com", Some(true))] {
+            m.csi_operations
+                .get_or_create(&CsiOperationLabels {
+                    driver_name: driver.into(),
+                    method_name: "/csi.v1.Controller/CreateVolume".into(),
+                    grpc_status_code: "OK".into(),
+                    migrated,
+                })
+                .observe(0.2);
+        }
+        let text = scrape(&registry);
+        for series in [
+            "csi_sidecar_operations_seconds_count{driver_name=\"d\",method_name=\"/csi.v1.Controller/CreateVolume\",grpc_status_code=\"OK\"}",
+            "csi_sidecar_operations_seconds_count{driver_name=\"ebs.csi.aws.com\",method_name=\"/csi.v1.Controller/CreateVolume\",grpc_status_code=\"OK\",migrated=\"true\"}",
+        ] {
+            assert_eq!(sample(&text, series), Some(1.0), "{series} in:\n{text}");
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 mod support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
 use csi_test_driver::process::{DriverOptions, DriverProcess, binary_path};
@@ -16,8 +16,8 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use support::{
-    ChildProcess, DEADLINE, PvcFixture, StorageClassFixture, TestNamespace, cluster, unique_name,
-    wait_for,
+    ChildProcess, DEADLINE, PvcFixture, StorageClassFixture, TestNamespace, cluster, free_address,
+    unique_name, wait_for,
 };
 
 /// A migrated plugin: its CSI driver, its in-tree name, the class parameters of the scenario.
@@ -25,22 +25,34 @@ struct Plugin {
     driver: &'static str,
     in_tree: &'static str,
     parameters: &'static [(&'static str, &'static str)],
+    /// The class's allowed zones (`topology.kubernetes.io/zone`).
+    allowed_zones: &'static [&'static str],
+    /// The driver's topology segment (its zone key and zone), reported for each volume.
+    topology: Option<(&'static str, &'static str)>,
 }
 
 const AWS_EBS: Plugin = Plugin {
     driver: "ebs.csi.aws.com",
     in_tree: "kubernetes.io/aws-ebs",
-    parameters: &[("type", "gp2"), ("fsType", "xfs")],
+    // `zone` becomes the driver's allowed topology; its volume's zone the PV's Kubernetes zone
+    // and region (node affinity and labels).
+    parameters: &[("type", "gp2"), ("fsType", "xfs"), ("zone", "us-east-1a")],
+    allowed_zones: &[],
+    topology: Some(("topology.ebs.csi.aws.com/zone", "us-east-1a")),
 };
 const CINDER: Plugin = Plugin {
     driver: "cinder.csi.openstack.org",
     in_tree: "kubernetes.io/cinder",
     parameters: &[("availability", "nova"), ("fstype", "ext4")],
+    allowed_zones: &["nova"],
+    topology: Some(("topology.cinder.csi.openstack.org/zone", "nova")),
 };
 const PORTWORX: Plugin = Plugin {
     driver: "pxd.portworx.com",
     in_tree: "kubernetes.io/portworx-volume",
     parameters: &[("repl", "2"), ("fs", "ext4")],
+    allowed_zones: &[],
+    topology: None,
 };
 
 #[derive(Clone, Copy, Debug)]
@@ -58,6 +70,44 @@ struct Observed {
     pv: String,
     /// `DeleteVolume` calls that deleted the volume.
     deleted: usize,
+    /// The `migrated` label of `csi_sidecar_operations_seconds`, per gRPC method (of the methods
+    /// both sidecars call after start-up).
+    migrated: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// The methods whose `migrated` label is compared: the create and delete of the migrated volume
+/// and a start-up call that is not about a volume.
+const LABELLED: [&str; 3] = [
+    "/csi.v1.Controller/CreateVolume",
+    "/csi.v1.Controller/DeleteVolume",
+    "/csi.v1.Controller/ControllerGetCapabilities",
+];
+
+/// `method_name` → the `migrated` values of its `csi_sidecar_operations_seconds_count` samples
+/// (`-` where the label is absent), for the methods in [`LABELLED`].
+fn migrated_labels(body: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in body.lines() {
+        let Some(rest) = line.strip_prefix("csi_sidecar_operations_seconds_count{") else {
+            continue;
+        };
+        let labels = rest.split('}').next().unwrap_or_default();
+        let label = |name: &str| {
+            labels.split(',').find_map(|kv| {
+                let (k, v) = kv.split_once('=')?;
+                (k.trim() == name).then(|| v.trim_matches('"').to_string())
+            })
+        };
+        let Some(method) = label("method_name") else {
+            continue;
+        };
+        if LABELLED.contains(&method.as_str()) {
+            out.entry(method)
+                .or_default()
+                .insert(label("migrated").unwrap_or_else(|| "-".into()));
+        }
+    }
+    out
 }
 
 fn tail(sidecar: &ChildProcess) -> String {
@@ -68,12 +118,21 @@ fn tail(sidecar: &ChildProcess) -> String {
 
 /// A test driver that calls itself `name`, in a directory of its own.
 async fn start_driver(name: &str) -> (tempfile::TempDir, DriverProcess) {
+    start_driver_in(name, None).await
+}
+
+/// A test driver that calls itself `name` and reports `topology` for its volumes.
+async fn start_driver_in(
+    name: &str,
+    topology: Option<(&str, &str)>,
+) -> (tempfile::TempDir, DriverProcess) {
     let dir = tempfile::tempdir().unwrap();
     let driver = DriverProcess::start(
         &binary_path().expect("csi-test-driver binary"),
         dir.path(),
         &DriverOptions {
             drivername: name.into(),
+            topology: topology.map(|(k, v)| (k.to_string(), v.to_string())),
             ..DriverOptions::default()
         },
     )
@@ -84,7 +143,7 @@ async fn start_driver(name: &str) -> (tempfile::TempDir, DriverProcess) {
 
 async fn scenario(plugin: &Plugin, who: Sidecar) -> Observed {
     let cluster = cluster().await;
-    let (_dir, driver) = start_driver(plugin.driver).await;
+    let (_dir, driver) = start_driver_in(plugin.driver, plugin.topology).await;
     let ns = TestNamespace::create(&cluster.client, "migration").await;
     let class = unique_name("in-tree");
     let mut fixture = StorageClassFixture::new(&class, plugin.in_tree)
@@ -92,6 +151,9 @@ async fn scenario(plugin: &Plugin, who: Sidecar) -> Observed {
         .binding_mode("Immediate");
     for (k, v) in plugin.parameters {
         fixture = fixture.param(k, v);
+    }
+    if !plugin.allowed_zones.is_empty() {
+        fixture = fixture.allowed_topology("topology.kubernetes.io/zone", plugin.allowed_zones);
     }
     Api::<StorageClass>::all(cluster.client.clone())
         .create(&PostParams::default(), &fixture.build())
@@ -101,8 +163,10 @@ async fn scenario(plugin: &Plugin, who: Sidecar) -> Observed {
         Sidecar::Upstream => support::testbed_bin("csi-provisioner-upstream"),
         Sidecar::Ours => support::workspace_bin("csi-provisioner"),
     };
+    let address = free_address();
     let sidecar = ChildProcess::spawn(Command::new(binary).args([
         format!("--csi-address={}", driver.csi_address()),
+        format!("--http-endpoint={address}"),
         format!("--kubeconfig={}", cluster.kubeconfig.display()),
         "--leader-election=false".into(),
         "--timeout=10s".into(),
@@ -168,7 +232,7 @@ async fn scenario(plugin: &Plugin, who: Sidecar) -> Observed {
         .collect();
     annotations.sort();
     let pv_summary = format!(
-        "csi={} in-tree=(volumeID-is-handle={} fsType={:?}) source={field}{keys:?} capacity={:?} modes={:?} reclaim={:?} annotations={annotations:?} finalizers={:?}",
+        "csi={} in-tree=(volumeID-is-handle={} fsType={:?}) source={field}{keys:?} capacity={:?} modes={:?} reclaim={:?} annotations={annotations:?} finalizers={:?} labels={:?} affinity={}",
         spec.csi.is_some(),
         in_tree_id == volume_id,
         in_tree_fs,
@@ -179,6 +243,8 @@ async fn scenario(plugin: &Plugin, who: Sidecar) -> Observed {
         spec.access_modes,
         spec.persistent_volume_reclaim_policy,
         pv.metadata.finalizers,
+        pv.metadata.labels,
+        serde_json::to_string(&spec.node_affinity).unwrap(),
     );
     let volume = (volume.capacity_bytes, volume.parameters.clone());
 
@@ -208,6 +274,20 @@ async fn scenario(plugin: &Plugin, who: Sidecar) -> Observed {
         .iter()
         .filter(|o| o.method == "DeleteVolume" && o.volume_id.as_deref() == Some(&volume_id))
         .count();
+    // The DeleteVolume sample is recorded when the call returns: scrape until it shows.
+    let migrated = wait_for("the DeleteVolume metric", DEADLINE, || async {
+        let body = support::get(&address, "/metrics", None)
+            .await
+            .map_err(|e| e.to_string())?
+            .body;
+        let labels = migrated_labels(&body);
+        if labels.contains_key(LABELLED[1]) {
+            Ok(labels)
+        } else {
+            Err(body)
+        }
+    })
+    .await;
     drop(sidecar);
     Api::<StorageClass>::all(cluster.client.clone())
         .delete(&class, &DeleteParams::default())
@@ -218,6 +298,7 @@ async fn scenario(plugin: &Plugin, who: Sidecar) -> Observed {
         volume,
         pv: pv_summary,
         deleted,
+        migrated,
     }
 }
 
@@ -228,6 +309,15 @@ async fn compare(plugin: &Plugin) {
     assert_eq!(ours.volume, upstream.volume, "the backend's request");
     assert_eq!(ours.pv, upstream.pv, "the PV");
     assert_eq!(ours.deleted, 1, "the volume deleted once");
+    assert_eq!(
+        ours.migrated, upstream.migrated,
+        "the migrated label of the CSI calls"
+    );
+    assert_eq!(
+        ours.migrated[LABELLED[0]],
+        BTreeSet::from(["true".to_string()]),
+        "the migrated volume's CreateVolume"
+    );
     assert!(upstream.deleted >= 1);
 }
 

@@ -50,6 +50,7 @@ fn exported() -> Exported {
             driver_name: "d".into(),
             method_name: "/csi.v1.Controller/CreateVolume".into(),
             grpc_status_code: "OK".into(),
+            migrated: None,
         })
         .observe(0.1);
     let claim = ClaimLabels {

@@ -184,8 +184,16 @@ async fn delete(ctx: &Context, cached: &Pv) -> Result<(), VolumeError> {
     if !ctx.leader.is_leader() {
         return Err(VolumeError::NotLeader);
     }
+    // An in-tree PV (its handle translated) is a migrated volume: its call is
+    // labelled `migrated="true"`, as upstream.
+    let migrated = pv.spec.as_ref().is_some_and(|s| s.csi.is_none());
     // Already gone on the backend (`NotFound`) is what we wanted.
-    match ctx.csi.delete_volume(&handle, secrets).await {
+    match ctx
+        .csi
+        .for_migrated(migrated)
+        .delete_volume(&handle, secrets)
+        .await
+    {
         Ok(()) => {}
         Err(s) => {
             let err = VolumeError::DeleteVolume(s);

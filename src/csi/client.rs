@@ -125,6 +125,10 @@ pub struct CsiClient {
     channel: Channel,
     timeout: Duration,
     driver_name: Arc<str>,
+    /// The `migrated` label of this client's calls: `None` unless the driver
+    /// is the target of an in-tree plugin's migration (then `false`, or
+    /// `true` on the client [`CsiClient::for_migrated`] returns).
+    migrated: Option<bool>,
     metrics: Arc<Metrics>,
 }
 
@@ -173,13 +177,28 @@ impl CsiClient {
             channel,
             timeout,
             driver_name: Arc::from(""),
+            migrated: None,
             metrics,
         })
     }
 
     /// Records the driver name (from `GetPluginInfo`) used as a metric label.
+    /// A driver an in-tree plugin migrates to also gets the `migrated` label
+    /// on every call from now on, as upstream's metrics manager "with
+    /// migration" does.
     pub fn set_driver_name(&mut self, name: &str) {
         self.driver_name = Arc::from(name);
+        self.migrated = crate::provision::migration::in_tree_plugin(name).map(|_| false);
+    }
+
+    /// The same connection, its calls labelled `migrated="true"` when
+    /// `migrated` (the create or delete of an in-tree plugin's volume) and the
+    /// driver is a migration target; unchanged otherwise.
+    pub fn for_migrated(&self, migrated: bool) -> CsiClient {
+        CsiClient {
+            migrated: self.migrated.map(|_| migrated),
+            ..self.clone()
+        }
     }
 
     pub fn timeout(&self) -> Duration {
@@ -240,6 +259,7 @@ impl CsiClient {
                 driver_name: self.driver_name.to_string(),
                 method_name: method.to_string(),
                 grpc_status_code: code,
+                migrated: self.migrated,
             })
             .observe(start.elapsed().as_secs_f64());
         result

@@ -16,6 +16,8 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 
+mod topology;
+
 const AWS_EBS: &str = "kubernetes.io/aws-ebs";
 const GCE_PD: &str = "kubernetes.io/gce-pd";
 const CINDER: &str = "kubernetes.io/cinder";
@@ -61,14 +63,20 @@ pub fn is_migrated_class(class: &StorageClass, driver: &str) -> bool {
     in_tree_plugin(driver) == Some(class.provisioner.as_str())
 }
 
+const EBS_ZONE_KEY: &str = "topology.ebs.csi.aws.com/zone";
+const GKE_ZONE_KEY: &str = "topology.gke.io/zone";
+const CINDER_ZONE_KEY: &str = "topology.cinder.csi.openstack.org/zone";
+const VSPHERE_ZONE_KEY: &str = "topology.csi.vmware.com/zone";
+const VSPHERE_REGION_KEY: &str = "topology.csi.vmware.com/region";
+
 /// The zonal topology key of the CSI driver a plugin migrated to.
 fn topology_key(plugin: &str) -> Option<&'static str> {
     match plugin {
-        AWS_EBS => Some("topology.ebs.csi.aws.com/zone"),
-        GCE_PD => Some("topology.gke.io/zone"),
-        CINDER => Some("topology.cinder.csi.openstack.org/zone"),
+        AWS_EBS => Some(EBS_ZONE_KEY),
+        GCE_PD => Some(GKE_ZONE_KEY),
+        CINDER => Some(CINDER_ZONE_KEY),
         AZURE_DISK => Some("topology.disk.csi.azure.com/zone"),
-        VSPHERE => Some("topology.csi.vmware.com/zone"),
+        VSPHERE => Some(VSPHERE_ZONE_KEY),
         _ => None,
     }
 }
@@ -436,7 +444,19 @@ pub fn pv_to_in_tree(plugin: &str, pv: &mut PersistentVolume) -> Result<(), Stri
             ));
         }
     }
-    Ok(())
+    // The driver's topology back in the Kubernetes zone/region labels (node
+    // affinity and PV labels), for a rollback to the in-tree plugin.
+    let translated = match plugin {
+        AWS_EBS => topology::to_in_tree(pv, EBS_ZONE_KEY, Some(topology::aws_region)),
+        GCE_PD => topology::to_in_tree(pv, GKE_ZONE_KEY, Some(topology::gce_region)),
+        CINDER => topology::to_in_tree(pv, CINDER_ZONE_KEY, None),
+        VSPHERE => {
+            topology::vsphere_to_in_tree(pv, VSPHERE_ZONE_KEY, VSPHERE_REGION_KEY);
+            Ok(())
+        }
+        _ => Ok(()),
+    };
+    translated.map_err(|e| format!("failed to translate topology: {e}"))
 }
 
 /// An Azure disk URI's disk name: after the last `/providers/Microsoft.Compute/disks/`

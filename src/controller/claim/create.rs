@@ -414,7 +414,9 @@ async fn create_volume(
     if !ctx.leader.is_leader() {
         return Err(ClaimError::NotLeader);
     }
-    match ctx.csi.create_volume(request).await {
+    // A migrated class's call is labelled `migrated="true"`, as upstream.
+    let migrated = migration::is_migrated_class(class, &ctx.driver.name);
+    match ctx.csi.for_migrated(migrated).create_volume(request).await {
         Ok(resp) => match resp.volume.filter(|v| !v.volume_id.is_empty()) {
             Some(volume) => {
                 ctx.claims.remember_created(view.uid(), &volume);
