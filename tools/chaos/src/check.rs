@@ -36,6 +36,8 @@ pub struct ClaimState {
     pub finalizers: Vec<String>,
     /// `spec.dataSourceRef` (or `spec.dataSource`): kind and name.
     pub data_source: Option<(String, String)>,
+    /// The `volume.kubernetes.io/selected-node` annotation.
+    pub selected_node: Option<String>,
 }
 
 /// A VolumeSnapshot as the API server shows it.
@@ -97,9 +99,33 @@ pub struct Snapshot {
     pub volumes: Vec<VolumeState>,
     /// The run's VolumeSnapshots.
     pub snapshots: Vec<SnapshotState>,
+    /// The backend: in a node deployment every node's ledger, merged ([`merge`]).
     pub ledger: Ledger,
     /// Messages of Warning `ProvisioningFailed` events, by claim name.
     pub failures: HashMap<String, Vec<String>>,
+    /// A node deployment's topology key: each volume's node is its accessible topology's
+    /// value of it (the test driver of each node reports its own name there).
+    pub node_key: Option<String>,
+}
+
+/// Every node's ledger as one backend: the volumes and snapshots they hold, their calls
+/// added up, their operations in the order they finished (one host clock). A name created
+/// on two nodes shows as two volumes of one name, which the rows judge as they judge a
+/// volume created twice by one driver. Volume ids carry a per-driver random part, so two
+/// nodes do not make the same id.
+pub fn merge(ledgers: Vec<Ledger>) -> Ledger {
+    let mut merged = Ledger::default();
+    for l in ledgers {
+        merged.volumes.extend(l.volumes);
+        merged.snapshots.extend(l.snapshots);
+        for (method, n) in l.calls {
+            *merged.calls.entry(method).or_default() += n;
+        }
+        merged.operations.extend(l.operations);
+        merged.starts += l.starts;
+    }
+    merged.operations.sort_by_key(|op| op.at_ms);
+    merged
 }
 
 /// One invariant and what broke it (one line per violation).
@@ -121,6 +147,7 @@ pub const SOURCES_RELEASED: &str = "no source-protection finalizer left behind";
 pub const NO_RESTORE_FROM_DELETED: &str = "no restore from a deleted snapshot";
 pub const CLONE_SOURCE_KEPT: &str = "no clone source deleted before its clone";
 pub const MADE_FROM_SOURCE: &str = "bound claim's volume made from its own source";
+pub const ON_SELECTED_NODE: &str = "bound claim's volume on its selected node";
 
 /// gRPC codes after which upstream (and we) stop retrying a claim: a `ProvisioningFailed`
 /// event carrying one of these, not caused by an injected fault, is a final error.
@@ -402,7 +429,48 @@ pub fn check(s: &Snapshot) -> Vec<InvariantResult> {
         },
     ];
     results.extend(check_data_sources(s));
+    if let Some(key) = &s.node_key {
+        results.push(check_nodes(s, key, &pvs));
+    }
     results
+}
+
+/// A node deployment: each Bound claim's volume is held by the node the claim was
+/// selected for — by the scheduler (here: the runner) for WaitForFirstConsumer, by the
+/// node that won the race for an Immediate claim (it writes itself as the selected node).
+fn check_nodes(s: &Snapshot, key: &str, pvs: &HashMap<&str, &VolumeState>) -> InvariantResult {
+    let mut wrong = Vec::new();
+    for c in s
+        .claims
+        .iter()
+        .filter(|c| !c.deleting && c.phase == "Bound")
+    {
+        let Some(volume) = c
+            .volume_name
+            .as_deref()
+            .and_then(|n| pvs.get(n))
+            .and_then(|pv| s.ledger.volumes.get(&pv.handle))
+        else {
+            // A missing volume is the first row's violation.
+            continue;
+        };
+        let on: Vec<&str> = volume
+            .accessible_topology
+            .iter()
+            .filter_map(|t| t.get(key).map(String::as_str))
+            .collect();
+        match &c.selected_node {
+            Some(node) if on == [node.as_str()] => {}
+            selected => wrong.push(format!(
+                "{}: selected node {selected:?}, volume {} on {on:?}",
+                c.name, volume.volume_id
+            )),
+        }
+    }
+    InvariantResult {
+        name: ON_SELECTED_NODE,
+        violations: wrong,
+    }
 }
 
 /// The data-source rows: protections released, no source used after its deletion, every
@@ -622,6 +690,7 @@ mod tests {
                 deleting: false,
                 finalizers: Vec::new(),
                 data_source: None,
+                selected_node: None,
             });
             self.0.volumes.push(VolumeState {
                 name: pv.clone(),
@@ -755,6 +824,93 @@ mod tests {
         }
     }
 
+    /// `w`'s backend split as a node deployment's: the last claim's volume (and its
+    /// CreateVolume) on node `on`, selected for node `selected`; every other claim selected
+    /// for `n0`, where its volume is.
+    fn on_nodes(mut w: World, selected: &str, on: &str) -> World {
+        w.0.node_key = Some("node".into());
+        for c in &mut w.0.claims {
+            c.selected_node = Some("n0".into());
+        }
+        let claim = w.0.claims.last_mut().expect("a claim");
+        claim.selected_node = Some(selected.into());
+        let pv = claim.volume_name.clone().expect("bound");
+        let mut ledger = std::mem::take(&mut w.0.ledger);
+        let mut other = Ledger::default();
+        for v in ledger.volumes.values_mut() {
+            let node = if v.name == pv { on } else { "n0" };
+            v.accessible_topology = vec![BTreeMap::from([("node".into(), node.into())])];
+        }
+        let ids: Vec<String> = ledger
+            .volumes
+            .values()
+            .filter(|v| v.name == pv)
+            .map(|v| v.volume_id.clone())
+            .collect();
+        for id in ids {
+            let v = ledger.volumes.remove(&id).expect("volume");
+            other.volumes.insert(id, v);
+        }
+        let (mine, theirs): (Vec<_>, Vec<_>) = ledger
+            .operations
+            .into_iter()
+            .partition(|op| op.name.as_deref() != Some(pv.as_str()));
+        ledger.operations = mine;
+        other.operations = theirs;
+        w.0.ledger = merge(vec![ledger, other]);
+        w
+    }
+
+    #[test]
+    fn in_a_node_deployment_a_volume_belongs_on_its_claims_selected_node() {
+        let w = World::default().bound("a");
+        let a = on_nodes(World::default().bound("a"), "n1", "n1");
+        assert_eq!(a.violations(), BTreeMap::new());
+        assert!(
+            check(&a.0).iter().any(|r| r.name == ON_SELECTED_NODE),
+            "the row is judged in a node deployment"
+        );
+        assert!(!check(&w.0).iter().any(|r| r.name == ON_SELECTED_NODE));
+        let wrong = on_nodes(World::default().bound("b").bound("a"), "n1", "n2");
+        assert_eq!(wrong.violations(), BTreeMap::from([(ON_SELECTED_NODE, 1)]));
+        let mut unselected = on_nodes(World::default().bound("a"), "n1", "n1");
+        unselected.0.claims[0].selected_node = None;
+        assert_eq!(
+            unselected.violations(),
+            BTreeMap::from([(ON_SELECTED_NODE, 1)])
+        );
+    }
+
+    #[test]
+    fn a_claim_provisioned_on_two_nodes_is_a_double_volume() {
+        // Node n1 holds the claim's volume; node n2 made one of the same name too.
+        let mut w = on_nodes(World::default().bound("a"), "n1", "n1");
+        let mut n2 = Ledger::default();
+        let mut second = World::default().volume("vol-a-on-n2", "pvc-u-a");
+        n2.volumes.append(&mut second.0.ledger.volumes);
+        n2.operations.append(&mut second.0.ledger.operations);
+        w.0.ledger = merge(vec![std::mem::take(&mut w.0.ledger), n2]);
+        assert_eq!(
+            w.violations(),
+            BTreeMap::from([(BOUND_HAS_ITS_VOLUME, 1), (NO_DUPLICATE, 1), (NO_LEAK, 1)])
+        );
+    }
+
+    #[test]
+    fn merged_ledgers_keep_every_volume_call_and_the_order_of_operations() {
+        let mut a = World::default().volume("vol-1", "pvc-1").0.ledger;
+        let mut b = World::default().volume("vol-2", "pvc-2").0.ledger;
+        a.operations[0].at_ms = 20;
+        b.operations[0].at_ms = 10;
+        a.calls.insert("CreateVolume".into(), 2);
+        b.calls.insert("CreateVolume".into(), 3);
+        let m = merge(vec![a, b]);
+        assert_eq!(m.volumes.len(), 2);
+        assert_eq!(m.call_count("CreateVolume"), 5);
+        let order: Vec<_> = m.operations.iter().map(|op| op.volume_id.clone()).collect();
+        assert_eq!(order, [Some("vol-2".into()), Some("vol-1".into())]);
+    }
+
     #[test]
     fn a_healthy_world_has_no_violations() {
         let w = World::default().bound("a").bound("b").deleted_claim("gone");
@@ -787,6 +943,7 @@ mod tests {
             deleting: false,
             finalizers: Vec::new(),
             data_source: None,
+            selected_node: None,
         });
         assert_eq!(w.violations(), BTreeMap::from([(SETTLED, 1)]));
         w.0.failures.insert(
@@ -898,6 +1055,7 @@ mod tests {
                 deleting: false,
                 finalizers: Vec::new(),
                 data_source: Some((kind.into(), source.into())),
+                selected_node: None,
             });
         }
         assert_eq!(w.violations(), BTreeMap::new());
@@ -984,6 +1142,7 @@ mod tests {
             deleting: false,
             finalizers: Vec::new(),
             data_source: Some((SNAPSHOT_KIND.into(), "s".into())),
+            selected_node: None,
         });
         assert_eq!(w.violations(), BTreeMap::from([(SETTLED, 1)]));
         w.0.created[0].source.as_mut().unwrap().deleted = true;
@@ -1021,6 +1180,7 @@ mod tests {
             deleting: false,
             finalizers: Vec::new(),
             data_source: Some((CLAIM_KIND.into(), "a".into())),
+            selected_node: None,
         });
         assert_eq!(w.violations(), BTreeMap::new());
     }

@@ -109,6 +109,10 @@ enum Action {
     SidecarKill,
     SnapshotterKill,
     LeaderPause,
+    /// A node deployment only: one node's driver has no room (`RESOURCE_EXHAUSTED` on
+    /// `CreateVolume`), so that node gives its claims back to be raced for (or
+    /// rescheduled) again.
+    DriverNoRoom,
 }
 
 impl Action {
@@ -127,6 +131,7 @@ impl Action {
             Action::DriverLatency => "driver: slow calls window",
             Action::DriverCrash => "driver: crash + restart",
             Action::DriverSnapshotError => "driver: UNAVAILABLE on Create/DeleteSnapshot",
+            Action::DriverNoRoom => "driver: one node RESOURCE_EXHAUSTED on CreateVolume",
             Action::SidecarKill => "sidecar: SIGKILL + restart",
             Action::SnapshotterKill => "csi-snapshotter: SIGKILL + restart",
             // Logged when it starts; counted by its outcome (PAUSED, ...).
@@ -149,6 +154,7 @@ impl Action {
             Action::DriverLatency => 2,
             Action::DriverCrash => 1,
             Action::DriverSnapshotError => 1,
+            Action::DriverNoRoom => 2,
             Action::SidecarKill => 2,
             Action::SnapshotterKill => 1,
             Action::LeaderPause => 2,
@@ -167,14 +173,15 @@ impl Action {
             | Action::DriverUnavailable
             | Action::DriverLatency
             | Action::DriverCrash
-            | Action::DriverSnapshotError => mix.driver,
+            | Action::DriverSnapshotError
+            | Action::DriverNoRoom => mix.driver,
             Action::SidecarKill | Action::SnapshotterKill => mix.kill,
             Action::LeaderPause => mix.pause,
         }
     }
 }
 
-const ALL_ACTIONS: [Action; 16] = [
+const ALL_ACTIONS: [Action; 17] = [
     Action::ApiError,
     Action::ApiLostResponse,
     Action::ApiSlow,
@@ -191,6 +198,7 @@ const ALL_ACTIONS: [Action; 16] = [
     Action::SidecarKill,
     Action::SnapshotterKill,
     Action::LeaderPause,
+    Action::DriverNoRoom,
 ];
 
 /// Report labels of the leader pause and the control-plane restart (counted when their
@@ -270,13 +278,19 @@ pub async fn inject(
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_fa17);
     let latency_max = (mix.driver_latency_max.as_millis() as u64).max(501);
     let counts: Counts = Arc::default();
-    let replicas = world.lock().await.replicas.len();
+    let (replicas, node_deployment) = {
+        let w = world.lock().await;
+        (w.replicas.len(), w.node_key.is_some())
+    };
     let actions: Vec<Action> = ALL_ACTIONS
         .iter()
         .copied()
         .filter(|a| a.family_enabled(&mix))
-        // Pausing the only replica would test nothing but a slow restart.
-        .filter(|a| *a != Action::LeaderPause || replicas >= 2)
+        // Pausing the only replica would test nothing but a slow restart; in a node
+        // deployment there is no Lease to lose.
+        .filter(|a| *a != Action::LeaderPause || (replicas >= 2 && !node_deployment))
+        // Without topology a full driver is only a final error, retried in place.
+        .filter(|a| *a != Action::DriverNoRoom || node_deployment)
         .collect();
     let total_weight: u32 = actions.iter().map(|a| a.weight()).sum();
     let mut restarts = if mix.restart_control_plane {
@@ -606,6 +620,22 @@ async fn apply(
     } else {
         "DeleteVolume"
     };
+    // Which node's driver a driver fault hits (drawn only when there is a choice, so a
+    // central run's schedule stays what it was).
+    let drivers = 1 + world.lock().await.other_drivers.len();
+    let node = if drivers > 1
+        && matches!(
+            action,
+            Action::DriverCreateThenTimeout
+                | Action::DriverUnavailable
+                | Action::DriverLatency
+                | Action::DriverCrash
+                | Action::DriverNoRoom
+        ) {
+        rng.random_range(0..drivers)
+    } else {
+        0
+    };
     match action {
         Action::WatchCut => {
             let w = world.lock().await;
@@ -619,6 +649,7 @@ async fn apply(
             let count = rng.random_range(2..7);
             driver_fault(
                 world,
+                node,
                 "CreateVolume",
                 DriverFault::CreateThenDeadlineExceeded { count },
             )
@@ -628,6 +659,7 @@ async fn apply(
             let count = rng.random_range(1..4);
             driver_fault(
                 world,
+                node,
                 method,
                 DriverFault::Error {
                     code: GrpcCode::Unavailable,
@@ -637,16 +669,30 @@ async fn apply(
             )
             .await
         }
+        Action::DriverNoRoom => {
+            let count = rng.random_range(1..4);
+            driver_fault(
+                world,
+                node,
+                "CreateVolume",
+                DriverFault::Error {
+                    code: GrpcCode::ResourceExhausted,
+                    count,
+                    message: Some("injected: no room on this node".into()),
+                },
+            )
+            .await
+        }
         Action::DriverLatency => {
             let ms = rng.random_range(500..latency_max);
-            if !driver_fault(world, method, DriverFault::Latency { ms }).await {
+            if !driver_fault(world, node, method, DriverFault::Latency { ms }).await {
                 return false;
             }
             let w = world.clone();
             windows.spawn(async move {
                 tokio::time::sleep(window).await;
                 // Latency 0 replaces the latency fault without touching the others.
-                driver_fault(&w, method, DriverFault::Latency { ms: 0 }).await;
+                driver_fault(&w, node, method, DriverFault::Latency { ms: 0 }).await;
             });
             true
         }
@@ -655,7 +701,7 @@ async fn apply(
             world
                 .lock()
                 .await
-                .driver
+                .driver_at(node)
                 .crash_and_restart(down)
                 .await
                 .is_ok()
@@ -665,6 +711,7 @@ async fn apply(
             let count = rng.random_range(1..4);
             driver_fault(
                 world,
+                0,
                 method,
                 DriverFault::Error {
                     code: GrpcCode::Unavailable,
@@ -728,12 +775,14 @@ async fn log_line(world: &Arc<tokio::sync::Mutex<World>>, text: &str) {
     }
 }
 
+/// Arms `fault` on the driver of node `node` (the only driver in a central deployment).
 async fn driver_fault(
     world: &Arc<tokio::sync::Mutex<World>>,
+    node: usize,
     method: &str,
     fault: DriverFault,
 ) -> bool {
-    let control = world.lock().await.driver.control().await;
+    let control = world.lock().await.driver_at(node).control().await;
     match control {
         Ok(c) => c.set_fault(method, fault).await.is_ok(),
         Err(_) => false,

@@ -32,6 +32,12 @@ struct Args {
     /// Sidecar replicas contending for the Lease.
     #[arg(long, default_value_t = 2)]
     replicas: usize,
+    /// A node deployment of this many nodes instead (each with its own test driver and a
+    /// sidecar with --node-deployment and NODE_NAME, no Lease; WaitForFirstConsumer claims
+    /// selected for a random node, Immediate ones raced for; no restores or clones).
+    /// 0: the central deployment of --replicas.
+    #[arg(long, default_value_t = 0)]
+    nodes: usize,
     /// Fault families: any of api,watch,driver,kill,pause; or all, none. `kill`: SIGKILL a
     /// replica, restart it. `pause`: SIGSTOP the replica holding the Lease until another
     /// holds it (at most lease + 6s), then SIGCONT (only with 2+ replicas).
@@ -124,6 +130,7 @@ async fn run(args: Args) -> Result<usize, String> {
                     duration: args.duration,
                     rate: args.rate,
                     replicas: args.replicas,
+                    nodes: args.nodes,
                     faults: FaultMix {
                         driver_latency_max: args.driver_latency_max,
                         restart_control_plane: args.restart_control_plane,

@@ -70,7 +70,7 @@ impl Report {
             self.sidecar_starts += r.stats.starts.load(Ordering::Relaxed);
         }
         self.leader_changes = leader.changes.load(Ordering::Relaxed);
-        self.driver_crashes = w.driver.crashes;
+        self.driver_crashes = w.drivers().map(|d| d.crashes).sum();
         self.snapshotter_starts = w.snapshotter.stats.starts.load(Ordering::Relaxed);
         let ledger = &snap.ledger;
         let count =

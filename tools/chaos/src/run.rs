@@ -27,6 +27,10 @@ use crate::faults::{self, FaultMix};
 use crate::report::Report;
 use crate::world::{Sidecar, StageOptions, Testbed, World};
 
+/// The scheduler's annotation of a WaitForFirstConsumer claim; in a node deployment the
+/// node that wins an Immediate claim writes it too.
+const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+
 /// Everything a random run needs to know.
 #[derive(Clone, Debug)]
 pub struct ChaosConfig {
@@ -37,7 +41,13 @@ pub struct ChaosConfig {
     pub duration: Duration,
     /// Claims created per second.
     pub rate: f64,
+    /// Replicas of a central deployment, contending for the Lease (ignored with `nodes`).
     pub replicas: usize,
+    /// 0: a central deployment. N: a node deployment of N nodes, each with its own driver
+    /// and sidecar; WaitForFirstConsumer claims are selected for a random node, Immediate
+    /// ones raced for by all. No restores or clones then (the csi-snapshotter serves the
+    /// first node's driver only).
+    pub nodes: usize,
     pub faults: FaultMix,
     /// How long the system may take to settle once faults stop.
     pub settle: Duration,
@@ -70,6 +80,7 @@ impl Default for ChaosConfig {
             duration: Duration::from_secs(120),
             rate: 3.0,
             replicas: 2,
+            nodes: 0,
             faults: FaultMix::all(),
             settle: Duration::from_secs(120),
             teardown_check: true,
@@ -255,6 +266,45 @@ pub(crate) fn delete_later(
     });
 }
 
+/// Selects `node` for a WaitForFirstConsumer claim that has none, as the scheduler does,
+/// retrying API errors; a claim that got one meanwhile or went is left alone.
+fn reschedule(api: Api<PersistentVolumeClaim>, name: String, node: String) {
+    tokio::spawn(async move {
+        let until = Instant::now() + API_PATIENCE;
+        while Instant::now() < until {
+            let Ok(Some(claim)) = api.get_opt(&name).await else {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            };
+            let taken = claim
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(SELECTED_NODE));
+            if taken || claim.metadata.deletion_timestamp.is_some() {
+                return;
+            }
+            // Fenced on the copy read, as the scheduler's update is.
+            let body = json!({"metadata": {
+                "resourceVersion": claim.metadata.resource_version,
+                "annotations": {SELECTED_NODE: node},
+            }});
+            match api
+                .patch(
+                    &name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&body),
+                )
+                .await
+            {
+                Ok(_) => return,
+                Err(kube::Error::Api(s)) if s.code == 404 => return,
+                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
+        }
+    });
+}
+
 /// Deletes `name`, retrying API errors for [`API_PATIENCE`]; gone already counts as deleted.
 async fn retry_delete<K>(api: &Api<K>, name: &str) -> Result<(), String>
 where
@@ -388,9 +438,13 @@ pub(crate) async fn create_claim(
     Err(format!("creating claim {}: {last}", body.name_any()))
 }
 
-/// Watches the claims and deletes those meant to go once they are Bound.
-fn observe(world: &World, book: Arc<Book>, stop: CancellationToken) {
+/// Watches the claims and deletes those meant to go once they are Bound; and, as the
+/// scheduler would for the pod of a WaitForFirstConsumer claim, chooses a node again for
+/// such a claim that a node sent back (`ResourceExhausted` there).
+fn observe(world: &World, book: Arc<Book>, seed: u64, stop: CancellationToken) {
     let api = world.claims();
+    let (class_wffc, nodes) = (world.class_wffc.clone(), world.nodes.clone());
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5c4e_d01e);
     tokio::spawn(async move {
         let stream = watcher(api.clone(), watcher::Config::default())
             .default_backoff()
@@ -409,6 +463,22 @@ fn observe(world: &World, book: Arc<Book>, stop: CancellationToken) {
             };
             let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
             let name = claim.name_any();
+            let sent_back = !bound
+                && claim.metadata.deletion_timestamp.is_none()
+                && claim
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.storage_class_name.as_deref())
+                    == Some(class_wffc.as_str())
+                && !claim
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(SELECTED_NODE));
+            if sent_back {
+                let node = nodes[rng.random_range(0..nodes.len())].clone();
+                reschedule(api.clone(), name.clone(), node);
+            }
             let fate = book.fate(&name);
             if let (true, Some(Fate::DeleteAfterBound(after))) = (bound, fate)
                 && book.schedule(&name)
@@ -460,6 +530,11 @@ pub(crate) async fn snapshot(world: &World, book: &Book) -> Result<Snapshot, Str
                 .and_then(|s| s.volume_name.clone())
                 .filter(|v| !v.is_empty()),
             deleting: c.metadata.deletion_timestamp.is_some(),
+            selected_node: c
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(SELECTED_NODE).cloned()),
             finalizers: c.metadata.finalizers.clone().unwrap_or_default(),
             data_source: c.spec.as_ref().and_then(|s| {
                 s.data_source_ref
@@ -514,14 +589,23 @@ pub(crate) async fn snapshot(world: &World, book: &Book) -> Result<Snapshot, Str
             deleting: pv.metadata.deletion_timestamp.is_some(),
         })
         .collect();
-    let ledger = world
-        .driver
-        .control()
-        .await
-        .map_err(|e| format!("driver control: {e}"))?
-        .ledger()
-        .await
-        .map_err(|e| format!("reading the ledger: {e}"))?;
+    let mut ledgers = Vec::new();
+    for driver in world.drivers() {
+        ledgers.push(
+            driver
+                .control()
+                .await
+                .map_err(|e| format!("driver control: {e}"))?
+                .ledger()
+                .await
+                .map_err(|e| format!("reading the ledger: {e}"))?,
+        );
+    }
+    let ledger = if ledgers.len() == 1 {
+        ledgers.pop().expect("one")
+    } else {
+        check::merge(ledgers)
+    };
     let mut failures: HashMap<String, Vec<String>> = HashMap::new();
     if claims.iter().any(|c| c.phase != "Bound" && !c.deleting) {
         let events: Api<Event> = Api::namespaced(world.client.clone(), &world.ns);
@@ -543,6 +627,7 @@ pub(crate) async fn snapshot(world: &World, book: &Book) -> Result<Snapshot, Str
         snapshots,
         ledger,
         failures,
+        node_key: world.node_key.clone(),
     })
 }
 
@@ -562,7 +647,9 @@ pub(crate) async fn settle(
     loop {
         let snap = {
             let mut w = world.lock().await;
-            let _ = w.driver.ensure_running().await;
+            for driver in w.drivers_mut() {
+                let _ = driver.ensure_running().await;
+            }
             snapshot(&w, book).await
         };
         if let Ok(snap) = snap {
@@ -678,11 +765,13 @@ pub(crate) async fn teardown_check(
 pub(crate) async fn faults_off(world: &Arc<tokio::sync::Mutex<World>>) {
     let mut w = world.lock().await;
     w.proxy.clear();
-    let _ = w.driver.ensure_running().await;
-    if let Ok(c) = w.driver.control().await {
-        let _ = c.clear_faults().await;
-        for m in ["CreateVolume", "DeleteVolume"] {
-            let _ = c.release(m).await;
+    for driver in w.drivers_mut() {
+        let _ = driver.ensure_running().await;
+        if let Ok(c) = driver.control().await {
+            let _ = c.clear_faults().await;
+            for m in ["CreateVolume", "DeleteVolume"] {
+                let _ = c.release(m).await;
+            }
         }
     }
     for r in &w.replicas {
@@ -699,6 +788,7 @@ pub async fn run(testbed: &Testbed, cfg: &ChaosConfig) -> Result<Report, String>
         &StageOptions {
             sidecar: cfg.sidecar,
             replicas: cfg.replicas,
+            nodes: cfg.nodes,
             seed: cfg.seed,
             // Both sidecars' default; injected driver latency stays well below it.
             csi_timeout: "10s".into(),
@@ -708,15 +798,21 @@ pub async fn run(testbed: &Testbed, cfg: &ChaosConfig) -> Result<Report, String>
     )
     .await?;
     let api = world.claims();
-    let (class_immediate, class_wffc, node) = (
+    let (class_immediate, class_wffc, nodes) = (
         world.class_immediate.clone(),
         world.class_wffc.clone(),
-        world.node.clone(),
+        world.nodes.clone(),
     );
+    // The csi-snapshotter serves one driver: no data sources in a node deployment.
+    let (restores, clones) = if cfg.nodes > 0 {
+        (0.0, 0.0)
+    } else {
+        (cfg.restores, cfg.clones)
+    };
     let background = CancellationToken::new();
     let leader = world.track_leader(background.clone());
     let book = Arc::new(Book::default());
-    observe(&world, book.clone(), background.clone());
+    observe(&world, book.clone(), cfg.seed, background.clone());
     let world = Arc::new(tokio::sync::Mutex::new(world));
 
     let stop_faults = CancellationToken::new();
@@ -760,7 +856,7 @@ pub async fn run(testbed: &Testbed, cfg: &ChaosConfig) -> Result<Report, String>
         // claim is a plain one.
         let mut source = None;
         let mut delete_source = None;
-        if kind < cfg.restores {
+        if kind < restores {
             let live = book.live_snapshots();
             let pick = if live.is_empty() || rng.random_bool(0.4) {
                 let claims = book.sources();
@@ -826,7 +922,7 @@ pub async fn run(testbed: &Testbed, cfg: &ChaosConfig) -> Result<Report, String>
                     deleted: false,
                 });
             }
-        } else if kind < cfg.restores + cfg.clones {
+        } else if kind < restores + clones {
             let claims = book.sources();
             if !claims.is_empty() {
                 let (claim, source_wffc) = claims[rng.random_range(0..claims.len())].clone();
@@ -867,6 +963,13 @@ pub async fn run(testbed: &Testbed, cfg: &ChaosConfig) -> Result<Report, String>
                 s.name.as_str(),
             )
         });
+        // The scheduler's choice for a WaitForFirstConsumer claim (drawn only when there
+        // is a choice, so a central run's schedule stays what it was).
+        let node = if nodes.len() > 1 {
+            &nodes[rng.random_range(0..nodes.len())]
+        } else {
+            &nodes[0]
+        };
         let body = claim_body_from(&name, class, wffc.then_some(node.as_str()), reference);
         match create_claim(&api, &body).await {
             Ok(uid) => {
@@ -938,9 +1041,14 @@ pub async fn run(testbed: &Testbed, cfg: &ChaosConfig) -> Result<Report, String>
     let w = Arc::try_unwrap(world)
         .map_err(|_| "world still shared".to_string())?
         .into_inner();
-    let mut report = Report::new(&format!("random, {}", cfg.sidecar.label()), cfg.seed);
+    let title = if cfg.nodes > 0 {
+        format!("random, {}, node deployment", cfg.sidecar.label())
+    } else {
+        format!("random, {}", cfg.sidecar.label())
+    };
+    let mut report = Report::new(&title, cfg.seed);
     report.sidecar = cfg.sidecar;
-    report.replicas = cfg.replicas;
+    report.replicas = w.replicas.len();
     report.workload = vec![
         ("claims created", workload.created as u64),
         ("  of them WaitForFirstConsumer", workload.wffc as u64),

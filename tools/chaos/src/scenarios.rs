@@ -82,6 +82,7 @@ pub async fn run(
         &StageOptions {
             sidecar,
             replicas: 1,
+            nodes: 0,
             seed,
             // Long enough that the slow calls of issue-1469 are not cut short.
             csi_timeout: "30s".into(),

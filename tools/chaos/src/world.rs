@@ -116,11 +116,20 @@ pub fn workspace_bin(name: &str) -> Result<PathBuf, String> {
     }
 }
 
+/// The topology key of each node's segment in a node deployment (the test driver reports
+/// it with the node's name as its value).
+pub const NODE_KEY: &str = "topology.chaos.example.com/node";
+
 /// Knobs of the stage.
 #[derive(Clone, Debug)]
 pub struct StageOptions {
     pub sidecar: Sidecar,
+    /// Replicas of a central deployment, contending for the Lease (ignored with `nodes`).
     pub replicas: usize,
+    /// 0: one central deployment. N: a node deployment: N nodes, each with a driver of its
+    /// own (its own ledger, node id and topology segment) and one sidecar with
+    /// `--node-deployment` and `NODE_NAME`, without leader election.
+    pub nodes: usize,
     pub seed: u64,
     /// Sidecar `--timeout` (per CSI call).
     pub csi_timeout: String,
@@ -136,8 +145,17 @@ pub struct World {
     pub driver_name: String,
     pub class_immediate: String,
     pub class_wffc: String,
+    /// The node a WaitForFirstConsumer claim is selected for (the first of `nodes`).
     pub node: String,
+    /// Every node of the stage: one in a central deployment, one per sidecar in a node
+    /// deployment (`drivers()` lines up with it there).
+    pub nodes: Vec<String>,
+    /// A node deployment's topology key ([`NODE_KEY`]); `None` in a central deployment.
+    pub node_key: Option<String>,
+    /// The driver; in a node deployment, the first node's.
     pub driver: Driver,
+    /// The other nodes' drivers in a node deployment (empty otherwise).
+    pub other_drivers: Vec<Driver>,
     pub proxy: Proxy,
     pub replicas: Vec<Replica>,
     /// The VolumeSnapshotClass of the driver (deletion policy Delete).
@@ -211,7 +229,15 @@ impl World {
         let dir = tmp.path().to_path_buf();
         let ns = base.clone();
         let driver_name = format!("{base}.csi.test");
-        let node = format!("{base}-node");
+        let nodes: Vec<String> = if opts.nodes == 0 {
+            vec![format!("{base}-node")]
+        } else {
+            (0..opts.nodes)
+                .map(|i| format!("{base}-node-{i}"))
+                .collect()
+        };
+        let node = nodes[0].clone();
+        let node_key = (opts.nodes > 0).then(|| NODE_KEY.to_string());
         let class_immediate = format!("{base}-immediate");
         let class_wffc = format!("{base}-wffc");
         let snapshot_class = format!("{base}-snapshots");
@@ -224,13 +250,20 @@ impl World {
             )
             .await
             .map_err(|e| err("creating the namespace", e))?;
-        Api::<Node>::all(client.clone())
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": node}})).expect("node"),
-            )
-            .await
-            .map_err(|e| err("creating the node", e))?;
+        for node in &nodes {
+            let labels = match &node_key {
+                Some(key) => json!({ key.as_str(): node }),
+                None => json!({}),
+            };
+            Api::<Node>::all(client.clone())
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(json!({"metadata": {"name": node, "labels": labels}}))
+                        .expect("node"),
+                )
+                .await
+                .map_err(|e| err("creating a node", e))?;
+        }
         let classes = Api::<StorageClass>::all(client.clone());
         for (name, mode) in [
             (&class_immediate, "Immediate"),
@@ -267,17 +300,35 @@ impl World {
                 )
             })?;
 
-        let driver_dir = dir.join("driver");
-        std::fs::create_dir_all(&driver_dir).map_err(|e| e.to_string())?;
-        let driver = Driver::start(
-            &workspace_bin("csi-test-driver")?,
-            &driver_dir,
-            &driver_name,
-            opts.seed,
-            &[format!("--capabilities={DRIVER_CAPABILITIES}")],
-        )
-        .await
-        .map_err(|e| format!("starting the test driver: {e}"))?;
+        let mut drivers = Vec::new();
+        for (i, node) in nodes.iter().enumerate() {
+            let mut args = vec![format!("--capabilities={DRIVER_CAPABILITIES}")];
+            let driver_dir = match &node_key {
+                None => dir.join("driver"),
+                Some(key) => {
+                    args.extend([
+                        format!("--node-id={node}"),
+                        format!("--topology-key={key}"),
+                        format!("--topology-value={node}"),
+                    ]);
+                    dir.join(format!("driver-{i}"))
+                }
+            };
+            std::fs::create_dir_all(&driver_dir).map_err(|e| e.to_string())?;
+            let driver = Driver::start(
+                &workspace_bin("csi-test-driver")?,
+                &driver_dir,
+                &driver_name,
+                opts.seed + i as u64,
+                &args,
+            )
+            .await
+            .map_err(|e| format!("starting the test driver: {e}"))?;
+            drivers.push(driver);
+        }
+        let mut drivers = drivers.into_iter();
+        let driver = drivers.next().expect("one driver at least");
+        let other_drivers: Vec<Driver> = drivers.collect();
 
         let listen: SocketAddr = "127.0.0.1:0".parse().expect("loopback");
         let proxy = Proxy::start(listen, config, opts.seed)
@@ -326,7 +377,10 @@ impl World {
             class_immediate,
             class_wffc,
             node,
+            nodes,
+            node_key,
             driver,
+            other_drivers,
             proxy,
             replicas: Vec::new(),
             snapshot_class,
@@ -342,7 +396,12 @@ impl World {
         {
             let _ = t.keep();
         }
-        for i in 0..opts.replicas {
+        let replicas = if opts.nodes > 0 {
+            opts.nodes
+        } else {
+            opts.replicas
+        };
+        for i in 0..replicas {
             let command = world.sidecar_command(testbed, opts, i, &kubeconfig)?;
             world
                 .replicas
@@ -358,17 +417,39 @@ impl World {
         index: usize,
         kubeconfig: &Path,
     ) -> Result<SidecarCommand, String> {
+        let node_deployment = opts.nodes > 0;
+        let driver = if node_deployment {
+            self.drivers().nth(index).ok_or("no driver for this node")?
+        } else {
+            &self.driver
+        };
         let mut args = vec![
-            format!("--csi-address=unix://{}", self.driver.endpoint.display()),
+            format!("--csi-address=unix://{}", driver.endpoint.display()),
             format!("--kubeconfig={}", kubeconfig.display()),
-            "--leader-election".into(),
-            format!("--leader-election-namespace={}", self.ns),
-            format!(
-                "--leader-election-lease-duration={}s",
-                LEASE_DURATION.as_secs()
-            ),
-            "--leader-election-renew-deadline=4s".into(),
-            "--leader-election-retry-period=1s".into(),
+        ];
+        if node_deployment {
+            // One sidecar per node, no Lease (as upstream deploys it); Immediate claims are
+            // raced for after a short delay, so that the race happens within a run.
+            args.extend([
+                "--leader-election=false".to_string(),
+                "--node-deployment".into(),
+                "--node-deployment-immediate-binding".into(),
+                "--node-deployment-base-delay=300ms".into(),
+                "--node-deployment-max-delay=3s".into(),
+            ]);
+        } else {
+            args.extend([
+                "--leader-election".to_string(),
+                format!("--leader-election-namespace={}", self.ns),
+                format!(
+                    "--leader-election-lease-duration={}s",
+                    LEASE_DURATION.as_secs()
+                ),
+                "--leader-election-renew-deadline=4s".into(),
+                "--leader-election-retry-period=1s".into(),
+            ]);
+        }
+        args.extend([
             format!("--timeout={}", opts.csi_timeout),
             "--retry-interval-start=500ms".into(),
             "--retry-interval-max=5s".into(),
@@ -382,12 +463,15 @@ impl World {
                 "-v={}",
                 std::env::var("CHAOS_SIDECAR_V").unwrap_or_else(|_| "4".into())
             ),
-        ];
+        ]);
         args.extend(opts.extra_args.iter().cloned());
         let log = self.dir.join(format!("sidecar-{index}.log"));
         let mut env = Vec::new();
         // Neither sidecar may see the runner's kubeconfig through the environment.
         env.push(("KUBECONFIG".to_string(), kubeconfig.display().to_string()));
+        if node_deployment {
+            env.push(("NODE_NAME".to_string(), self.nodes[index].clone()));
+        }
         Ok(match opts.sidecar {
             Sidecar::Ours => SidecarCommand {
                 program: workspace_bin("csi-provisioner")?,
@@ -401,7 +485,7 @@ impl World {
                 if !program.is_file() {
                     return Err(format!("{} not found (make testbed)", program.display()));
                 }
-                if opts.replicas < 2 {
+                if node_deployment || opts.replicas < 2 {
                     SidecarCommand {
                         program,
                         args,
@@ -438,6 +522,24 @@ impl World {
 
     pub fn claims(&self) -> Api<PersistentVolumeClaim> {
         Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// Every driver of the stage (in a node deployment, in the order of `nodes`).
+    pub fn drivers(&self) -> impl Iterator<Item = &Driver> {
+        std::iter::once(&self.driver).chain(self.other_drivers.iter())
+    }
+
+    pub fn drivers_mut(&mut self) -> impl Iterator<Item = &mut Driver> {
+        std::iter::once(&mut self.driver).chain(self.other_drivers.iter_mut())
+    }
+
+    /// The `i`-th driver (modulo their number).
+    pub fn driver_at(&mut self, i: usize) -> &mut Driver {
+        let n = 1 + self.other_drivers.len();
+        match i % n {
+            0 => &mut self.driver,
+            k => &mut self.other_drivers[k - 1],
+        }
     }
 
     /// The run's VolumeSnapshots.
@@ -514,7 +616,9 @@ impl World {
             r.join().await;
         }
         self.snapshotter.stopped().await;
-        self.driver.stop().await;
+        for driver in self.drivers_mut() {
+            driver.stop().await;
+        }
         let unblock = Patch::Merge(json!({"metadata": {"finalizers": null}}));
         let snapshots = self.snapshots();
         if let Ok(list) = snapshots.list(&ListParams::default()).await {
@@ -585,9 +689,11 @@ impl World {
         for c in [&self.class_immediate, &self.class_wffc] {
             let _ = classes.delete(c, &DeleteParams::default()).await;
         }
-        let _ = Api::<Node>::all(self.client.clone())
-            .delete(&self.node, &DeleteParams::default())
-            .await;
+        for node in &self.nodes {
+            let _ = Api::<Node>::all(self.client.clone())
+                .delete(node, &DeleteParams::default())
+                .await;
+        }
     }
 }
 
