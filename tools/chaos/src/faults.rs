@@ -154,7 +154,7 @@ impl Action {
             Action::DriverLatency => 2,
             Action::DriverCrash => 1,
             Action::DriverSnapshotError => 1,
-            Action::DriverNoRoom => 2,
+            Action::DriverNoRoom => 3,
             Action::SidecarKill => 2,
             Action::SnapshotterKill => 1,
             Action::LeaderPause => 2,
@@ -291,6 +291,10 @@ pub async fn inject(
         .filter(|a| *a != Action::LeaderPause || (replicas >= 2 && !node_deployment))
         // Without topology a full driver is only a final error, retried in place.
         .filter(|a| *a != Action::DriverNoRoom || node_deployment)
+        // A node deployment makes no restores or clones: no snapshot faults either.
+        .filter(|a| {
+            !node_deployment || !matches!(a, Action::DriverSnapshotError | Action::SnapshotterKill)
+        })
         .collect();
     let total_weight: u32 = actions.iter().map(|a| a.weight()).sum();
     let mut restarts = if mix.restart_control_plane {

@@ -134,6 +134,8 @@ pub(crate) struct Book {
     /// Claims some VolumeSnapshot was taken of: never deleted on purpose mid-run, so that
     /// a snapshot does not fail for lack of its source.
     snapshotted: Mutex<BTreeSet<String>>,
+    /// WaitForFirstConsumer claims a node sent back that the runner selected a node for again.
+    rescheduled: AtomicUsize,
 }
 
 impl Book {
@@ -268,7 +270,7 @@ pub(crate) fn delete_later(
 
 /// Selects `node` for a WaitForFirstConsumer claim that has none, as the scheduler does,
 /// retrying API errors; a claim that got one meanwhile or went is left alone.
-fn reschedule(api: Api<PersistentVolumeClaim>, name: String, node: String) {
+fn reschedule(api: Api<PersistentVolumeClaim>, book: Arc<Book>, name: String, node: String) {
     tokio::spawn(async move {
         let until = Instant::now() + API_PATIENCE;
         while Instant::now() < until {
@@ -297,7 +299,10 @@ fn reschedule(api: Api<PersistentVolumeClaim>, name: String, node: String) {
                 )
                 .await
             {
-                Ok(_) => return,
+                Ok(_) => {
+                    book.rescheduled.fetch_add(1, Ordering::SeqCst);
+                    return;
+                }
                 Err(kube::Error::Api(s)) if s.code == 404 => return,
                 Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
             }
@@ -477,7 +482,7 @@ fn observe(world: &World, book: Arc<Book>, seed: u64, stop: CancellationToken) {
                     .is_some_and(|a| a.contains_key(SELECTED_NODE));
             if sent_back {
                 let node = nodes[rng.random_range(0..nodes.len())].clone();
-                reschedule(api.clone(), name.clone(), node);
+                reschedule(api.clone(), book.clone(), name.clone(), node);
             }
             let fate = book.fate(&name);
             if let (true, Some(Fate::DeleteAfterBound(after))) = (bound, fate)
@@ -1061,6 +1066,10 @@ pub async fn run(testbed: &Testbed, cfg: &ChaosConfig) -> Result<Report, String>
             workload.deleted_after_bound as u64,
         ),
         ("claims live at the end", live_at_end as u64),
+        (
+            "WaitForFirstConsumer claims sent back, node selected again",
+            book.rescheduled.load(Ordering::SeqCst) as u64,
+        ),
         ("restores (from a VolumeSnapshot)", workload.restores as u64),
         (
             "  restores Bound at the end",

@@ -3,7 +3,9 @@
 //! claims (some of their sources deleted mid-flight), must end with zero invariant
 //! violations; and the named upstream failures (#486, #1469) must leave nothing behind with
 //! our sidecar while the upstream sidecar demonstrably leaks in #486; and a cleanup cut
-//! short after its DeleteVolume must not create a second volume (found by the soak).
+//! short after its DeleteVolume must not create a second volume (found by the soak). The
+//! same in a node deployment: three nodes, a sidecar and a driver each, Immediate claims
+//! raced for, sidecars killed, a node running out of room.
 //!
 //! Needs the test bed (`make test`, or `cluster.sh up`) and the workspace binaries
 //! (`cargo build --workspace --bins`). A longer soak: `make chaos`.
@@ -11,7 +13,8 @@
 use std::time::Duration;
 
 use chaos::check::{
-    CLONE_SOURCE_KEPT, MADE_FROM_SOURCE, NO_LEAK, NO_RESTORE_FROM_DELETED, SOURCES_RELEASED,
+    CLONE_SOURCE_KEPT, MADE_FROM_SOURCE, NO_LEAK, NO_RESTORE_FROM_DELETED, ON_SELECTED_NODE,
+    SOURCES_RELEASED,
 };
 use chaos::{ChaosConfig, FaultMix, Report, Scenario, Sidecar, Testbed};
 
@@ -46,6 +49,7 @@ async fn our_sidecar_survives_a_bounded_chaos_run_without_violations() {
         rate: 4.0,
         duration: Duration::from_secs(75),
         replicas: 2,
+        nodes: 0,
         faults: FaultMix::all(),
         settle: Duration::from_secs(90),
         teardown_check: true,
@@ -110,6 +114,49 @@ async fn our_sidecar_survives_a_bounded_chaos_run_without_violations() {
             "no row {row:?}\n{table}"
         );
     }
+    assert_eq!(report.violations(), 0, "\n{table}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_sidecar_survives_a_bounded_node_deployment_chaos_run_without_violations() {
+    // Three nodes, a sidecar and a driver each; Immediate claims raced for by all three.
+    let cfg = ChaosConfig {
+        sidecar: Sidecar::Ours,
+        seed: 20261205,
+        claims: 120,
+        rate: 4.0,
+        duration: Duration::from_secs(45),
+        nodes: 3,
+        faults: FaultMix::all(),
+        settle: Duration::from_secs(90),
+        ..ChaosConfig::default()
+    };
+    let report = chaos::run(&testbed(), &cfg).await.expect("chaos run");
+    let table = report.render();
+    println!("{table}");
+    // Not vacuous: claims on every path, nodes sent claims back, sidecars were killed, and
+    // the node row was judged.
+    assert!(
+        workload(&report, "claims created") >= 100,
+        "too few claims\n{table}"
+    );
+    assert!(
+        workload(&report, "  of them WaitForFirstConsumer") > 0,
+        "{table}"
+    );
+    assert!(report.sidecar_kills > 0, "no sidecar killed\n{table}");
+    assert!(
+        report
+            .actions
+            .keys()
+            .any(|k| k.contains("RESOURCE_EXHAUSTED")),
+        "no node ran out of room\n{table}"
+    );
+    assert!(backend(&report, "volumes deleted") > 0, "{table}");
+    assert!(
+        report.invariants.iter().any(|r| r.name == ON_SELECTED_NODE),
+        "no node row\n{table}"
+    );
     assert_eq!(report.violations(), 0, "\n{table}");
 }
 
