@@ -26,7 +26,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::abandon::delete_volume;
 use super::decide::{Gate, Work, gate, work_for};
@@ -145,7 +145,13 @@ pub async fn provision(
                 if let Some(source) = &source {
                     protect::protect(ctx, &claim, source).await?;
                 }
-                let volume = create_volume(ctx, &claim, &class, request).await?;
+                // `copy` is the claim as it was before this attempt's write.
+                let earlier = if ClaimView(&copy).holds_intent() {
+                    Earlier::MayHaveCreated
+                } else {
+                    Earlier::None
+                };
+                let volume = create_volume(ctx, &claim, &class, request, earlier).await?;
                 let action = save(ctx, &claim, &class, &prepared, volume).await?;
                 if let Some(snapshot) = &prepared.snapshot {
                     protect::release_snapshot(ctx, snapshot).await;
@@ -330,7 +336,9 @@ pub(super) async fn prepare(
             let err = fail(ClaimError::Invalid(ProvisionError::Topology(format!(
                 "failed to get selected CSINode {node}: csinode.storage.k8s.io \"{node}\" not found"
             ))));
-            reschedule(ctx, claim, Reschedule::NodeGone).await?;
+            // Nothing was asked of the driver this time; an intent left by an
+            // earlier attempt (whose volume may exist) stays.
+            reschedule(ctx, claim, Reschedule::KeepIntent).await?;
             return Err(err);
         }
         Err(TopologyError::Invalid(e)) => {
@@ -398,6 +406,17 @@ async fn vac_parameters(ctx: &Context, name: &str) -> Result<HashMap<String, Str
     Ok(vac.parameters.unwrap_or_default().into_iter().collect())
 }
 
+/// Whether an earlier attempt may have left a volume of the claim's name: it
+/// recorded the intent, so it may have reached `CreateVolume` (and, say, been
+/// answered `DEADLINE_EXCEEDED` while the driver went on to create it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Earlier {
+    /// The intent was not on the claim before this attempt: this attempt's
+    /// `CreateVolume` is the first for its name.
+    None,
+    MayHaveCreated,
+}
+
 /// `CreateVolume` (unless this process has the answer already), with the
 /// error classification applied: infeasible claims wait, a reschedule drops
 /// the selected node. Every failure is shown on the claim.
@@ -406,6 +425,7 @@ async fn create_volume(
     claim: &PersistentVolumeClaim,
     class: &StorageClass,
     request: pb::CreateVolumeRequest,
+    earlier: Earlier,
 ) -> Result<pb::Volume, ClaimError> {
     let view = ClaimView(claim);
     if let Some(v) = ctx.claims.created(view.uid()) {
@@ -438,7 +458,22 @@ async fn create_volume(
                     view.uid(),
                     class.metadata.uid.as_deref().unwrap_or_default(),
                 ),
-                CsiErrorClass::Reschedule => reschedule(ctx, claim, Reschedule::NoRoom).await?,
+                CsiErrorClass::Reschedule => match (earlier, &ctx.node) {
+                    (Earlier::None, _) => reschedule(ctx, claim, Reschedule::DropIntent).await?,
+                    // One driver for every node: the intent stays, and a claim
+                    // deleted now is cleaned up by its name wherever it goes.
+                    (Earlier::MayHaveCreated, None) => {
+                        reschedule(ctx, claim, Reschedule::KeepIntent).await?
+                    }
+                    // A volume of this name may be on this node's driver, and
+                    // no other node could find it: the claim stays here and
+                    // is retried until the driver answers for it (a driver
+                    // that checks room before its own volumes says no room to
+                    // a retry of a create it already did).
+                    (Earlier::MayHaveCreated, Some(node)) => {
+                        warn!(claim = %view.key(), node = %node.name, "no room on this node, but an earlier attempt may have created the volume here: retrying here instead of giving the claim back");
+                    }
+                },
                 CsiErrorClass::InBackground | CsiErrorClass::Final => {}
             }
             Err(err)
@@ -446,20 +481,18 @@ async fn create_volume(
     }
 }
 
-/// Why a claim goes back to the scheduler.
+/// What a claim sent back to the scheduler keeps of ours.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Reschedule {
-    /// The selected node's CSINode is gone (upstream #1438). Nothing was
-    /// asked of the driver this time, so an intent left by an earlier attempt
-    /// (whose volume may exist) stays.
-    NodeGone,
-    /// The driver answered `ResourceExhausted` to `CreateVolume` by name. That
-    /// answer is also its word that no volume of that name exists (an
-    /// idempotent `CreateVolume` would have returned it), so the intent goes
-    /// in the same write: another node may take the claim, and a claim deleted
-    /// now has nothing of ours left to clean up — with one sidecar per node
-    /// no other node could (it would ask its own driver).
-    NoRoom,
+    /// The intent stays: a volume of the claim's name may exist (an earlier
+    /// attempt recorded it), so a claim deleted now must still be cleaned up.
+    KeepIntent,
+    /// The driver answered `ResourceExhausted` to the first `CreateVolume` of
+    /// the claim's name, so no volume of that name exists; the intent goes in
+    /// the same write: another node may take the claim, and a claim deleted
+    /// now has nothing of ours left to clean up — with one sidecar per node no
+    /// other node could (it would ask its own driver).
+    DropIntent,
 }
 
 /// Lets the scheduler choose again: the selected node goes (UID-fenced).
@@ -471,7 +504,7 @@ async fn reschedule(
     let view = ClaimView(claim);
     let mut body =
         json!({"metadata": {"uid": view.uid(), "annotations": {view.selected_node_key(): null}}});
-    if why == Reschedule::NoRoom {
+    if why == Reschedule::DropIntent {
         body["metadata"]["$deleteFromPrimitiveList/finalizers"] =
             json!([keys::FINALIZER_PVC_INTENT]);
     }

@@ -684,6 +684,85 @@ async fn resource_exhausted_on_the_selected_node_asks_the_scheduler_again() {
     );
 }
 
+/// `ResourceExhausted` once, from a driver that reports topology.
+async fn exhausted_rig(steps: Vec<Step>) -> Rig {
+    let caps = DriverCapabilities {
+        controller_service: true,
+        create_delete_volume: true,
+        accessibility_constraints: true,
+        ..Default::default()
+    };
+    let rig = Rig::new(steps, caps).await;
+    rig.driver
+        .set_fault(
+            "CreateVolume",
+            Fault::Error {
+                code: GrpcCode::ResourceExhausted,
+                count: 1,
+                message: None,
+            },
+        )
+        .await
+        .unwrap();
+    rig
+}
+
+#[tokio::test]
+async fn no_room_after_an_earlier_attempt_sends_the_claim_back_with_its_intent() {
+    // The intent was on the claim before: an earlier CreateVolume may have made
+    // the volume (DEADLINE_EXCEEDED, then made). One driver serves every node,
+    // so the claim may go back to the scheduler, but the intent stays.
+    let c = ClaimFixture::ours().on_node("n1").intent().0;
+    let csinode = json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+        "metadata": {"name": "n1"},
+        "spec": {"drivers": [{"name": DRIVER, "nodeID": "n1", "topologyKeys": ["zone"]}]}});
+    let node = json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "n1", "labels": {"zone": "a"}}});
+    let nodes =
+        json!({"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": [node.clone()]});
+    let rig = exhausted_rig(vec![
+        ("GET csinodes/n1", Reply::Object(csinode)),
+        ("GET nodes/n1", Reply::Object(node)),
+        ("GET nodes", Reply::Object(nodes)),
+        (PATCH_CLAIM, answer(&c, "7")),
+        (PATCH_CLAIM, claim_object(&c)),
+    ])
+    .await;
+    assert!(rig.provision(&c).await.is_err());
+    rig.assert_script_done();
+    assert_eq!(
+        rig.body(4)["metadata"]["annotations"][keys::ANN_SELECTED_NODE],
+        Value::Null
+    );
+    assert!(
+        rig.body(4)["metadata"]
+            .get("$deleteFromPrimitiveList/finalizers")
+            .is_none(),
+        "{}",
+        rig.body(4)
+    );
+}
+
+#[tokio::test]
+async fn in_a_node_deployment_no_room_after_an_earlier_attempt_keeps_the_claim_here() {
+    // Found by the node-deployment soak: a create answered DEADLINE_EXCEEDED
+    // (and made), then ResourceExhausted; the node gave the claim back, another
+    // node made a second volume, and the first leaked. Only this node could
+    // find that volume: it keeps the claim and retries.
+    let c = ClaimFixture::ours().on_node("n1").intent().0;
+    let mut rig = exhausted_rig(vec![(PATCH_CLAIM, answer(&c, "7"))]).await;
+    rig.ctx.node = Some(crate::controller::node::NodeMode {
+        name: "n1".into(),
+        topology: Some([("zone".to_string(), "a".to_string())].into()),
+        immediate_binding: true,
+        race_delay: Backoff::new(Duration::from_secs(1), Duration::from_secs(2)),
+        base_delay: Duration::from_secs(1),
+    });
+    assert!(rig.provision(&c).await.is_err());
+    rig.assert_script_done();
+    assert_eq!(rig.seen(), [PATCH_CLAIM], "no write sends it back");
+}
+
 #[tokio::test]
 async fn a_vanished_node_sends_the_claim_back_and_keeps_an_earlier_intent() {
     // An earlier attempt recorded the intent (its volume may exist); now the
