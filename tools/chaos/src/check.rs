@@ -79,6 +79,9 @@ pub struct VolumeState {
     pub claim_uid: Option<String>,
     pub phase: String,
     pub deleting: bool,
+    /// The values of `spec.nodeAffinity.required`'s `In` expressions, by key: the
+    /// topology the sidecar says the volume is accessible from.
+    pub node_affinity: BTreeMap<String, Vec<String>>,
 }
 
 /// A claim the runner created, and whether it asked for its deletion.
@@ -437,7 +440,8 @@ pub fn check(s: &Snapshot) -> Vec<InvariantResult> {
 
 /// A node deployment: each Bound claim's volume is held by the node the claim was
 /// selected for — by the scheduler (here: the runner) for WaitForFirstConsumer, by the
-/// node that won the race for an Immediate claim (it writes itself as the selected node).
+/// node that won the race for an Immediate claim (it writes itself as the selected node) —
+/// and its PV is accessible from that node alone (node affinity), the node that deletes it.
 fn check_nodes(s: &Snapshot, key: &str, pvs: &HashMap<&str, &VolumeState>) -> InvariantResult {
     let mut wrong = Vec::new();
     for c in s
@@ -445,11 +449,11 @@ fn check_nodes(s: &Snapshot, key: &str, pvs: &HashMap<&str, &VolumeState>) -> In
         .iter()
         .filter(|c| !c.deleting && c.phase == "Bound")
     {
-        let Some(volume) = c
+        let Some((pv, volume)) = c
             .volume_name
             .as_deref()
             .and_then(|n| pvs.get(n))
-            .and_then(|pv| s.ledger.volumes.get(&pv.handle))
+            .and_then(|pv| Some((pv, s.ledger.volumes.get(&pv.handle)?)))
         else {
             // A missing volume is the first row's violation.
             continue;
@@ -459,11 +463,16 @@ fn check_nodes(s: &Snapshot, key: &str, pvs: &HashMap<&str, &VolumeState>) -> In
             .iter()
             .filter_map(|t| t.get(key).map(String::as_str))
             .collect();
+        let affinity: Vec<&str> = pv
+            .node_affinity
+            .get(key)
+            .map(|v| v.iter().map(String::as_str).collect())
+            .unwrap_or_default();
         match &c.selected_node {
-            Some(node) if on == [node.as_str()] => {}
+            Some(node) if on == [node.as_str()] && affinity == [node.as_str()] => {}
             selected => wrong.push(format!(
-                "{}: selected node {selected:?}, volume {} on {on:?}",
-                c.name, volume.volume_id
+                "{}: selected node {selected:?}, volume {} on {on:?}, PV {} accessible from {affinity:?}",
+                c.name, volume.volume_id, pv.name
             )),
         }
     }
@@ -698,6 +707,7 @@ mod tests {
                 claim_uid: Some(uid),
                 phase: "Bound".into(),
                 deleting: false,
+                node_affinity: BTreeMap::new(),
             });
             self.volume(&id, &pv)
         }
@@ -835,6 +845,10 @@ mod tests {
         let claim = w.0.claims.last_mut().expect("a claim");
         claim.selected_node = Some(selected.into());
         let pv = claim.volume_name.clone().expect("bound");
+        for v in &mut w.0.volumes {
+            let node = if v.name == pv { on } else { "n0" };
+            v.node_affinity = BTreeMap::from([("node".into(), vec![node.into()])]);
+        }
         let mut ledger = std::mem::take(&mut w.0.ledger);
         let mut other = Ledger::default();
         for v in ledger.volumes.values_mut() {
@@ -879,6 +893,26 @@ mod tests {
             unselected.violations(),
             BTreeMap::from([(ON_SELECTED_NODE, 1)])
         );
+    }
+
+    #[test]
+    fn in_a_node_deployment_a_pv_is_accessible_from_its_volumes_node_alone() {
+        // The volume is on n1, where the claim was selected, but its PV names n2 (the node
+        // that would delete it), or n1 and n2, or no node.
+        for affinity in [vec!["n2"], vec!["n1", "n2"], vec![]] {
+            let mut w = on_nodes(World::default().bound("b").bound("a"), "n1", "n1");
+            let pv = w.0.claims[1].volume_name.clone().expect("bound");
+            let v = w.0.volumes.iter_mut().find(|v| v.name == pv).expect("PV");
+            v.node_affinity = BTreeMap::from([(
+                "node".into(),
+                affinity.iter().map(|n| n.to_string()).collect(),
+            )]);
+            assert_eq!(
+                w.violations(),
+                BTreeMap::from([(ON_SELECTED_NODE, 1)]),
+                "PV accessible from {affinity:?}"
+            );
+        }
     }
 
     #[test]

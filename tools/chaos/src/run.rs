@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
 use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
@@ -513,6 +513,29 @@ fn observe(world: &World, book: Arc<Book>, seed: u64, stop: CancellationToken) {
 }
 
 /// Reads the API and the ledger into a [`Snapshot`].
+/// The values of a PV's required node affinity `In` expressions, by key.
+fn required_affinity(pv: &PersistentVolume) -> BTreeMap<String, Vec<String>> {
+    let mut by_key: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let terms = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref())
+        .and_then(|a| a.required.as_ref())
+        .map(|r| r.node_selector_terms.as_slice())
+        .unwrap_or_default();
+    for e in terms
+        .iter()
+        .flat_map(|t| t.match_expressions.iter().flatten())
+        .filter(|e| e.operator == "In")
+    {
+        by_key
+            .entry(e.key.clone())
+            .or_default()
+            .extend(e.values.iter().flatten().cloned());
+    }
+    by_key
+}
+
 pub(crate) async fn snapshot(world: &World, book: &Book) -> Result<Snapshot, String> {
     let claims: Vec<ClaimState> = world
         .claims()
@@ -592,6 +615,7 @@ pub(crate) async fn snapshot(world: &World, book: &Book) -> Result<Snapshot, Str
                 .and_then(|s| s.phase.clone())
                 .unwrap_or_default(),
             deleting: pv.metadata.deletion_timestamp.is_some(),
+            node_affinity: required_affinity(&pv),
         })
         .collect();
     let mut ledgers = Vec::new();
