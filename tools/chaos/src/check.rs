@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use csi_test_driver::GrpcCode;
 use csi_test_driver::ledger::{ContentSource, Ledger};
 
 /// The provisioner's finalizer on a VolumeSnapshot a restore is using (ours and upstream's).
@@ -109,6 +110,38 @@ pub struct Snapshot {
     /// A node deployment's topology key: each volume's node is its accessible topology's
     /// value of it (the test driver of each node reports its own name there).
     pub node_key: Option<String>,
+    /// A node deployment: each node's own ledger counted before the merge (for the report).
+    pub per_node: Vec<NodeTally>,
+}
+
+/// What one node's driver did, from its own ledger.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeTally {
+    pub node: String,
+    pub volumes_created: u64,
+    pub volumes_deleted: u64,
+    /// `CreateVolume` calls answered `RESOURCE_EXHAUSTED` (the node sends the claim back).
+    pub no_room: u64,
+}
+
+impl NodeTally {
+    pub fn of(node: &str, ledger: &Ledger) -> NodeTally {
+        NodeTally {
+            node: node.to_string(),
+            volumes_created: ledger
+                .operations_of("CreateVolume")
+                .filter(|op| op.created)
+                .count() as u64,
+            volumes_deleted: ledger
+                .operations_of("DeleteVolume")
+                .filter(|op| op.deleted)
+                .count() as u64,
+            no_room: ledger
+                .operations_of("CreateVolume")
+                .filter(|op| op.code == GrpcCode::ResourceExhausted)
+                .count() as u64,
+        }
+    }
 }
 
 /// Every node's ledger as one backend: the volumes and snapshots they hold, their calls
@@ -927,6 +960,30 @@ mod tests {
         assert_eq!(
             w.violations(),
             BTreeMap::from([(BOUND_HAS_ITS_VOLUME, 1), (NO_DUPLICATE, 1), (NO_LEAK, 1)])
+        );
+    }
+
+    #[test]
+    fn a_nodes_tally_counts_its_created_and_deleted_volumes_and_its_no_room_answers() {
+        let mut l = World::default()
+            .volume("vol-1", "pvc-1")
+            .volume("vol-2", "pvc-2")
+            .op("DeleteVolume", None, "vol-1", true)
+            .op("DeleteVolume", None, "vol-9", false)
+            .0
+            .ledger;
+        let mut full = OperationRecord::new("CreateVolume", Some("pvc-3".into()), None);
+        full.code = GrpcCode::ResourceExhausted;
+        full.injected = true;
+        l.operations.push(full);
+        assert_eq!(
+            NodeTally::of("n1", &l),
+            NodeTally {
+                node: "n1".into(),
+                volumes_created: 2,
+                volumes_deleted: 1,
+                no_room: 1,
+            }
         );
     }
 

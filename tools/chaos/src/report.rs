@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use csi_test_driver::ledger::ContentSource;
 
-use crate::check::{InvariantResult, Snapshot};
+use crate::check::{InvariantResult, NodeTally, Snapshot};
 use crate::world::{LeaderTrack, Sidecar, World};
 
 /// Violations listed per invariant before "... and N more".
@@ -34,6 +34,8 @@ pub struct Report {
     pub driver_crashes: u64,
     pub snapshotter_starts: u64,
     pub backend: Vec<(&'static str, u64)>,
+    /// A node deployment: what each node's driver did.
+    pub nodes: Vec<NodeTally>,
     pub invariants: Vec<InvariantResult>,
     pub dir: Option<PathBuf>,
 }
@@ -56,6 +58,7 @@ impl Report {
             driver_crashes: 0,
             snapshotter_starts: 0,
             backend: Vec::new(),
+            nodes: Vec::new(),
             invariants: Vec::new(),
             dir: None,
         }
@@ -72,6 +75,7 @@ impl Report {
         self.leader_changes = leader.changes.load(Ordering::Relaxed);
         self.driver_crashes = w.drivers().map(|d| d.crashes).sum();
         self.snapshotter_starts = w.snapshotter.stats.starts.load(Ordering::Relaxed);
+        self.nodes = snap.per_node.clone();
         let ledger = &snap.ledger;
         let count =
             |method: &str, f: &dyn Fn(&csi_test_driver::ledger::OperationRecord) -> bool| {
@@ -189,6 +193,22 @@ impl Report {
             self.backend
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        section(
+            &mut out,
+            "nodes (volumes created / deleted / CreateVolume answered RESOURCE_EXHAUSTED)",
+            self.nodes
+                .iter()
+                .map(|n| {
+                    (
+                        n.node.clone(),
+                        format!(
+                            "{} / {} / {}",
+                            n.volumes_created, n.volumes_deleted, n.no_room
+                        ),
+                    )
+                })
                 .collect(),
         );
         section(

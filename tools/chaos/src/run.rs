@@ -20,8 +20,8 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::check::{
-    self, CLAIM_KIND, ClaimState, CreatedClaim, DataSource, InvariantResult, SNAPSHOT_KIND,
-    Snapshot, SnapshotState, SourceKind, VolumeState,
+    self, CLAIM_KIND, ClaimState, CreatedClaim, DataSource, InvariantResult, NodeTally,
+    SNAPSHOT_KIND, Snapshot, SnapshotState, SourceKind, VolumeState,
 };
 use crate::faults::{self, FaultMix};
 use crate::report::Report;
@@ -630,6 +630,16 @@ pub(crate) async fn snapshot(world: &World, book: &Book) -> Result<Snapshot, Str
                 .map_err(|e| format!("reading the ledger: {e}"))?,
         );
     }
+    let per_node = if world.node_key.is_some() {
+        world
+            .nodes
+            .iter()
+            .zip(&ledgers)
+            .map(|(node, l)| NodeTally::of(node, l))
+            .collect()
+    } else {
+        Vec::new()
+    };
     let ledger = if ledgers.len() == 1 {
         ledgers.pop().expect("one")
     } else {
@@ -657,6 +667,7 @@ pub(crate) async fn snapshot(world: &World, book: &Book) -> Result<Snapshot, Str
         ledger,
         failures,
         node_key: world.node_key.clone(),
+        per_node,
     })
 }
 

@@ -152,6 +152,20 @@ async fn our_sidecar_survives_a_bounded_node_deployment_chaos_run_without_violat
             .any(|k| k.contains("RESOURCE_EXHAUSTED")),
         "no node ran out of room\n{table}"
     );
+    // Every node provisioned and deleted volumes of its own, and a node did answer that it
+    // had no room (the claim went back and was provisioned elsewhere or again).
+    assert_eq!(report.nodes.len(), 3, "{table}");
+    for n in &report.nodes {
+        assert!(
+            n.volumes_created > 0 && n.volumes_deleted > 0,
+            "{} idle\n{table}",
+            n.node
+        );
+    }
+    assert!(
+        report.nodes.iter().any(|n| n.no_room > 0),
+        "no CreateVolume answered RESOURCE_EXHAUSTED\n{table}"
+    );
     assert!(backend(&report, "volumes deleted") > 0, "{table}");
     assert!(
         report.invariants.iter().any(|r| r.name == ON_SELECTED_NODE),
