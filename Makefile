@@ -45,6 +45,7 @@ bench-quick:
 # sidecar (SIDECAR=upstream or both for the comparison), then the invariant table; fails on
 # any violation. SCENARIO=issue-486|issue-1469|issue-1469-pv-gone replays a named upstream failure instead.
 #   make chaos CLAIMS=2000 DURATION=15m SEED=1 SIDECAR=ours
-#   make chaos NODES=3 CLAIMS=500 SEED=1   (a node deployment: a sidecar and a driver per node)
+#   make chaos NODES=3 CLAIMS=500 SEED=1   (a node deployment: a sidecar and a driver per node;
+#                                          NODE_DEPLOYMENT=1 is NODES=3)
 chaos:
-	@CLAIMS=$(CLAIMS) DURATION=$(DURATION) RATE=$(RATE) SEED=$(SEED) SIDECAR=$(SIDECAR) SCENARIO=$(SCENARIO) RESTORES=$(RESTORES) CLONES=$(CLONES) NODES=$(NODES) bash scripts/chaos.sh
+	@CLAIMS=$(CLAIMS) DURATION=$(DURATION) RATE=$(RATE) SEED=$(SEED) SIDECAR=$(SIDECAR) SCENARIO=$(SCENARIO) RESTORES=$(RESTORES) CLONES=$(CLONES) NODES=$(NODES) NODE_DEPLOYMENT=$(NODE_DEPLOYMENT) bash scripts/chaos.sh

@@ -5,7 +5,8 @@
 # (--restart-control-plane); on a shared one it does not (CHAOS_RESTART=0 turns it off).
 #   CLAIMS=2000 DURATION=15m RATE=3 SEED=1 SIDECAR=ours|upstream|both SCENARIO=issue-486|issue-1469|issue-1469-pv-gone|restart-during-cleanup
 #   RESTORES=0.2 CLONES=0.1 (shares of restores and clones among the claims)
-#   NODES=3 (a node deployment of three nodes instead: a sidecar and a driver per node)
+#   NODES=3 (a node deployment of three nodes instead: a sidecar and a driver per node);
+#   NODE_DEPLOYMENT=1 is the same as NODES=3
 # Extra flags for tools/chaos go in CHAOS_ARGS (e.g. CHAOS_ARGS=--keep-logs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +44,7 @@ else
   # Shares of restores and clones among the claims (the runner's defaults otherwise).
   if [ -n "${RESTORES:-}" ]; then args+=(--restores "$RESTORES"); fi
   if [ -n "${CLONES:-}" ]; then args+=(--clones "$CLONES"); fi
+  if [ -z "${NODES:-}" ] && [ "${NODE_DEPLOYMENT:-0}" = 1 ]; then NODES=3; fi
   if [ -n "${NODES:-}" ]; then args+=(--nodes "$NODES"); fi
   # Only a control plane this run started may be restarted: others may be using a shared one.
   if [ -n "$own_testbed" ] && [ "${CHAOS_RESTART:-1}" != 0 ]; then
