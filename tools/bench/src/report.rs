@@ -308,21 +308,26 @@ pub fn scenario_section(
     );
     let hi = Better::Higher;
     let lo = Better::Lower;
-    let third = Some(Target {
-        bound: 1.0 / 3.0,
+    // The targets of the claim-path issue (12), ours / upstream on the same run.
+    let cpu_target = Some(Target {
+        bound: 0.5,
         better: lo,
     });
-    let quarter = Some(Target {
-        bound: 0.25,
+    let rss_target = Some(Target {
+        bound: 0.3,
         better: lo,
     });
     let api_target = Some(Target {
         bound: 1.0,
         better: lo,
     });
+    let latency_target = Some(Target {
+        bound: 1.0,
+        better: lo,
+    });
     let speed_target = Some(Target {
         bound: if sc.limits == DEFAULT_LIMITS {
-            1.5
+            1.0
         } else {
             1.2
         },
@@ -396,7 +401,7 @@ pub fn scenario_section(
                 |f| f.latency_pv[2],
                 2,
                 lo,
-                None,
+                if steady { None } else { latency_target },
             ));
             if steady {
                 rows.push(row(
@@ -422,7 +427,7 @@ pub fn scenario_section(
                 |f| f.cpu_per_1000,
                 1,
                 lo,
-                third,
+                cpu_target,
             ));
             rows.push(row(
                 "— of which provisioning",
@@ -446,7 +451,7 @@ pub fn scenario_section(
                 |f| f.peak_rss_mib,
                 1,
                 lo,
-                quarter,
+                rss_target,
             ));
             rows.push(row(
                 "API requests per volume (provision + delete)",
@@ -530,7 +535,7 @@ pub fn scenario_section(
                 |f| f.idle_rss_mib,
                 1,
                 lo,
-                quarter,
+                rss_target,
             ));
             rows.push(row(
                 "peak RSS (MiB, VmHWM: start-up with those objects)",
@@ -538,7 +543,7 @@ pub fn scenario_section(
                 |f| f.peak_rss_mib,
                 1,
                 lo,
-                quarter,
+                rss_target,
             ));
             rows.push(row(
                 "start-up: spawn → first PV (s)",
@@ -705,6 +710,11 @@ mod tests {
         };
         assert!(leaner.met(0.2) && leaner.met(0.25) && !leaner.met(0.3));
         assert_eq!(leaner.text(), "≤ 1/4");
+        let half = Target {
+            bound: 0.5,
+            better: Better::Lower,
+        };
+        assert_eq!(half.text(), "≤ 0.5×");
         assert_eq!(faster.text(), "≥ 1.5×");
     }
 
