@@ -25,7 +25,7 @@ use crate::http::{HttpServer, LeaderHealth};
 use crate::kube::lease::{Elector, LeaseConfig, lease_name};
 use crate::kube::slim::{Claim, Pv};
 use crate::kube::throttle::{Lane, SharedBucket, ThrottleLayer};
-use crate::kube::{EventRecorder, LeaderGate};
+use crate::kube::{EventRecorder, LeaderGate, Listed};
 use crate::metrics::Metrics;
 use crate::provision::{DriverInfo, ProvisionOptions};
 
@@ -268,12 +268,19 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
 
     // 4. Caches and reconcilers.
     let (classes, class_writer) = reflector::store();
-    let class_stream =
-        cached_stream::<StorageClass>(&client, class_writer, drop_managed_fields, |_| {})
-            .for_each(|_| async {});
+    let classes_listed = Listed::default();
+    let class_stream = cached_stream::<StorageClass>(
+        &client,
+        class_writer,
+        classes_listed.clone(),
+        drop_managed_fields,
+        |_| {},
+    )
+    .for_each(|_| async {});
 
     let (claim_store, claim_writer) = reflector::store();
     let (volume_store, volume_writer) = reflector::store();
+    let volumes_listed = Listed::default();
     let claim_memory = Arc::new(ClaimMemory::new(cfg.retry_start, cfg.retry_max));
     // Upstream's event source: `<driver>_<hostname>_<uuid>`, no host.
     let component = format!("{}_{}_{}", driver.name, host, random_uuid());
@@ -289,6 +296,7 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
         caches: Caches {
             classes: classes.clone(),
             volumes: volume_store.clone(),
+            volumes_listed: volumes_listed.clone(),
             claims: claim_store.clone(),
         },
         claims: claim_memory.clone(),
@@ -308,9 +316,13 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
     let volume_queue = metrics.work_queue("volumes");
     let shutdown = stop.clone();
     let claims = Controller::for_stream(
-        cached_stream::<Claim>(&client, claim_writer, claim::trim, move |event| {
-            claim::forget_deleted(&claim_memory, event)
-        }),
+        cached_stream::<Claim>(
+            &client,
+            claim_writer,
+            Listed::default(),
+            claim::trim,
+            move |event| claim::forget_deleted(&claim_memory, event),
+        ),
         claim_store.clone(),
     )
     .with_config(workers.clone())
@@ -324,7 +336,13 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
     let claims = until_done_or_stopped_unready(claims, claim_store, stop.clone());
     let shutdown = stop.clone();
     let volumes = Controller::for_stream(
-        cached_stream::<Pv>(&client, volume_writer, Pv::trim, |_| {}),
+        cached_stream::<Pv>(
+            &client,
+            volume_writer,
+            volumes_listed.clone(),
+            Pv::trim,
+            |_| {},
+        ),
         volume_store.clone(),
     )
     .with_config(workers)
@@ -340,7 +358,7 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
     // Classes must be known before claims are judged; wait for the first list.
     let class_task = tokio::spawn(class_stream);
     tokio::select! {
-        _ = classes.wait_until_ready() => {}
+        _ = classes_listed.wait() => {}
         _ = stop.cancelled() => {}
     }
     info!("started");
@@ -549,6 +567,7 @@ async fn until_done_or_stopped_unready<K>(
 fn cached_stream<K>(
     client: &Client,
     writer: reflector::store::Writer<K>,
+    listed: Listed,
     trim: fn(&mut K),
     mut observe: impl FnMut(&watcher::Event<K>) + Send + 'static,
 ) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
@@ -572,7 +591,7 @@ where
     // list or watch (RBAC, an API outage). The watcher retries with backoff.
     .inspect_err(|e| warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying"));
     let reader = writer.as_reader();
-    triggers(reader, reflector(writer, stream))
+    triggers(reader, listed, reflector(writer, stream))
 }
 
 /// The objects to reconcile, from a reflector's events: each applied object,
@@ -586,8 +605,10 @@ where
 /// (a PV Released while the watch was gone, a claim created then) would never
 /// be acted on. So listed objects are triggered from the store after the swap.
 /// The store's objects are cloned one by one as the controller takes them.
+/// `listed` is marked once the first list is in the store.
 fn triggers<K, S>(
     reader: reflector::Store<K>,
+    listed: Listed,
     events: S,
 ) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
@@ -596,7 +617,10 @@ where
 {
     events.flat_map(move |event| {
         let objects: Vec<Arc<K>> = match &event {
-            Ok(watcher::Event::InitDone) => reader.state(),
+            Ok(watcher::Event::InitDone) => {
+                listed.mark();
+                reader.state()
+            }
             _ => Vec::new(),
         };
         let first = match event {
@@ -726,6 +750,7 @@ mod tests {
         let (store, writer) = reflector::store::<ConfigMap>();
         let stream = triggers(
             store.clone(),
+            Listed::default(),
             reflector(writer, futures::stream::iter(events.into_iter().map(Ok))),
         );
         futures::pin_mut!(stream);
@@ -739,6 +764,29 @@ mod tests {
             seen.push((obj.metadata.name.clone().unwrap(), held));
         }
         seen
+    }
+
+    #[tokio::test]
+    async fn listed_is_marked_once_the_first_list_is_in_the_store() {
+        use watcher::Event::*;
+        let (store, writer) = reflector::store::<ConfigMap>();
+        let listed = Listed::default();
+        let events = vec![Init, InitApply(config_map("a", "Bound")), InitDone];
+        let stream = triggers(
+            store.clone(),
+            listed.clone(),
+            reflector(writer, futures::stream::iter(events.into_iter().map(Ok))),
+        );
+        futures::pin_mut!(stream);
+        assert!(!listed.is_listed());
+        let first = stream.next().await.expect("the listed object").unwrap();
+        assert_eq!(first.metadata.name.as_deref(), Some("a"));
+        assert!(listed.is_listed());
+        assert_eq!(
+            store.state().len(),
+            1,
+            "marked only with the list swapped in"
+        );
     }
 
     #[tokio::test]

@@ -24,7 +24,7 @@ use kube::runtime::reflector::Store;
 
 use crate::csi::CsiClient;
 use crate::kube::slim::{Claim, Pv};
-use crate::kube::{EventRecorder, LeaderGate};
+use crate::kube::{EventRecorder, LeaderGate, Listed};
 use crate::metrics::Metrics;
 use crate::provision::{DriverInfo, ProvisionOptions, SecretRef};
 use claim::{ClaimMemory, IntentReleaser};
@@ -65,6 +65,9 @@ pub struct Caches {
     /// PVs in their slim shape. Trusted for one answer only: a PV seen bound
     /// to a claim's UID did exist.
     pub volumes: Store<Pv>,
+    /// The PV cache holds its first list (wakes any number of waiters, which
+    /// `Store::wait_until_ready` does not).
+    pub volumes_listed: Listed,
     pub claims: Store<Claim>,
 }
 

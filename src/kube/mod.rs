@@ -4,6 +4,7 @@
 mod events;
 mod finalizers;
 pub mod lease;
+mod listed;
 pub mod reference_grant;
 pub mod slim;
 pub mod snapshot;
@@ -12,6 +13,7 @@ pub mod throttle;
 pub use events::{EventRecorder, EventType};
 pub use finalizers::{add_finalizer, has_finalizer, remove_finalizer};
 pub use lease::LeaderGate;
+pub use listed::Listed;
 
 use kube::Api;
 use serde::de::DeserializeOwned;

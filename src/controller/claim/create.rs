@@ -63,7 +63,7 @@ pub async fn provision(
     // bounded, because a PV watch that cannot list (RBAC not there yet, an API
     // outage) must not hold provisioning: without the cache the create finds
     // out, at the price of that CreateVolume.
-    let _ = tokio::time::timeout(PV_CACHE_WAIT, ctx.caches.volumes.wait_until_ready()).await;
+    let _ = tokio::time::timeout(PV_CACHE_WAIT, ctx.caches.volumes_listed.wait()).await;
     let class = class_of(ctx, view).map_err(|e| report(ctx, cached, e))?;
     // A class of the in-tree plugin migrated to our driver, in our driver's
     // terms (upstream: csi-translation-lib); its provisioner stays in-tree.

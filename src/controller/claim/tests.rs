@@ -25,7 +25,7 @@ use crate::controller::{Backoff, Caches, Context, VolumeMemory};
 use crate::csi::{CsiClient, DriverCapabilities};
 use crate::keys;
 use crate::kube::slim::{Claim, Pv};
-use crate::kube::{EventRecorder, LeaderGate};
+use crate::kube::{EventRecorder, LeaderGate, Listed};
 use crate::metrics::Metrics;
 use crate::provision::{ClaimView, DriverInfo, ProvisionOptions, volume_name};
 
@@ -195,6 +195,7 @@ impl Rig {
             caches: Caches {
                 classes,
                 volumes,
+                volumes_listed: Listed::done(),
                 claims,
             },
             claims: memory.clone(),
