@@ -274,6 +274,7 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
         class_writer,
         classes_listed.clone(),
         drop_managed_fields,
+        |_| true,
         |_| {},
     )
     .for_each(|_| async {});
@@ -321,6 +322,7 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
             claim_writer,
             Listed::default(),
             claim::trim,
+            claim::cached,
             move |event| claim::forget_deleted(&claim_memory, event),
         ),
         claim_store.clone(),
@@ -341,6 +343,7 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
             volume_writer,
             volumes_listed.clone(),
             Pv::trim,
+            |_| true,
             |_| {},
         ),
         volume_store.clone(),
@@ -569,6 +572,7 @@ fn cached_stream<K>(
     writer: reflector::store::Writer<K>,
     listed: Listed,
     trim: fn(&mut K),
+    keep: fn(&K) -> bool,
     mut observe: impl FnMut(&watcher::Event<K>) + Send + 'static,
 ) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
@@ -586,12 +590,24 @@ where
     )
     .default_backoff()
     .modify(trim)
+    .try_filter_map(move |event| futures::future::ready(Ok(kept(event, keep))))
     .inspect_ok(move |event| observe(event))
     // The controllers drop these; an operator must see a watch that cannot
     // list or watch (RBAC, an API outage). The watcher retries with backoff.
     .inspect_err(|e| warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying"));
     let reader = writer.as_reader();
     triggers(reader, listed, reflector(writer, stream))
+}
+
+/// A watch event as the cache takes it when only objects that pass `keep` are
+/// cached: a listed object that does not is not listed, and a change that
+/// makes one not pass is a deletion, so no copy of it stays behind.
+fn kept<K>(event: watcher::Event<K>, keep: fn(&K) -> bool) -> Option<watcher::Event<K>> {
+    match event {
+        watcher::Event::InitApply(obj) if !keep(&obj) => None,
+        watcher::Event::Apply(obj) if !keep(&obj) => Some(watcher::Event::Delete(obj)),
+        event => Some(event),
+    }
 }
 
 /// The objects to reconcile, from a reflector's events: each applied object,
@@ -764,6 +780,45 @@ mod tests {
             seen.push((obj.metadata.name.clone().unwrap(), held));
         }
         seen
+    }
+
+    #[tokio::test]
+    async fn objects_not_kept_never_stay_in_the_store_nor_reach_the_reconciler() {
+        use watcher::Event::*;
+        fn keep(cm: &ConfigMap) -> bool {
+            cm.data.as_ref().unwrap()["v"].starts_with("work")
+        }
+        let events = vec![
+            Init,
+            InitApply(config_map("a", "work")),
+            InitApply(config_map("b", "done")),
+            InitDone,
+            // `a` is done: the cache must not keep its copy with work.
+            Apply(config_map("a", "done")),
+            // `b` has work again.
+            Apply(config_map("b", "work again")),
+        ];
+        let (store, writer) = reflector::store::<ConfigMap>();
+        let events =
+            futures::stream::iter(events.into_iter().filter_map(|e| kept(e, keep)).map(Ok));
+        let stream = triggers(store.clone(), Listed::default(), reflector(writer, events));
+        let reconciled: Vec<String> = stream
+            .map(|o| o.unwrap().metadata.name.unwrap())
+            .collect()
+            .await;
+        assert_eq!(reconciled, ["a", "b"], "a from the list, b from its change");
+        let mut held: Vec<_> = store
+            .state()
+            .iter()
+            .map(|o| {
+                (
+                    o.metadata.name.clone().unwrap(),
+                    o.data.as_ref().unwrap()["v"].clone(),
+                )
+            })
+            .collect();
+        held.sort();
+        assert_eq!(held, [("b".to_string(), "work again".to_string())]);
     }
 
     #[tokio::test]

@@ -177,8 +177,8 @@ pub async fn race(
             Some(cached) if cached.0.uid() == claim.uid() => {
                 let now = ClaimView(&cached.0);
                 // Taken by another node, or provisioned meanwhile (a bound
-                // claim is cached without its annotations, so its selected
-                // node cannot be seen: bound is enough to stop).
+                // claim is cached without its annotations, if at all, so its
+                // selected node cannot be seen: bound is enough to stop).
                 if now.selected_node().is_some()
                     || work_for(now, &ctx.driver.name) != Work::Provision
                 {
@@ -189,7 +189,8 @@ pub async fn race(
                 }
                 cached.0.resource_version()
             }
-            // Deleted, or another claim of that name now.
+            // Deleted, another claim of that name now, or bound (and so
+            // left out of the cache).
             _ => return Ok(Action::await_change()),
         };
         let now = Instant::now();

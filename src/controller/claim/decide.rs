@@ -70,8 +70,8 @@ pub fn gate(claim: ClaimView, class: &StorageClass, driver: &str) -> Gate {
 /// intent has nothing left for any sidecar to do ([`work_for`] is `Nothing`
 /// for it whatever its other fields say, deleted or not, and a bound claim
 /// never becomes unbound), so only its identity, finalizers, deletion mark and
-/// volume name are kept: in a cluster of bound claims that is most of the
-/// cache. Claims still to be provisioned are cached whole.
+/// volume name are kept (of the bound claims, only [`cached`] ones stay: a
+/// protected clone source). Claims still to be provisioned are cached whole.
 pub fn trim(Claim(claim): &mut Claim) {
     let view = ClaimView(claim);
     if !view.is_bound() || view.has_finalizer(keys::FINALIZER_PVC_INTENT) {
@@ -85,6 +85,18 @@ pub fn trim(Claim(claim): &mut Claim) {
         ..Default::default()
     });
     claim.status = None;
+}
+
+/// Whether a claim is kept in the cache at all. A bound claim that carries
+/// none of our finalizers (the intent, the cloning protection) has no work
+/// for us now ([`work_for`] is `Nothing`) and none later that would not come
+/// with a watch event of its own (a new finalizer, a deletion of a protected
+/// source): it is left out, which in a cluster of bound claims is nearly the
+/// whole cache. Its watch events reach the cache as deletions, so a copy
+/// cached while it still had work goes too.
+pub fn cached(Claim(claim): &Claim) -> bool {
+    let view = ClaimView(claim);
+    !view.is_bound() || view.holds_intent() || view.has_finalizer(keys::FINALIZER_CLONE_SOURCE)
 }
 
 /// Builder fixtures for claims and classes, for the tables here and the
@@ -250,6 +262,10 @@ mod tests {
         ];
         for (c, want, what) in cases {
             assert_eq!(work_for(ClaimView(&c.0), DRIVER), want, "{what}");
+            // A claim left out of the cache is never reconciled: it has no work.
+            if !cached(&Claim(c.0.clone())) {
+                assert_eq!(want, Nothing, "left out of the cache: {what}");
+            }
             // The cache holds trimmed claims: trimming never changes the work.
             let mut trimmed = Claim(c.0.clone());
             trim(&mut trimmed);
@@ -289,6 +305,40 @@ mod tests {
                 "{:?}",
                 c.0.metadata.annotations
             );
+        }
+    }
+
+    #[test]
+    fn leaves_out_only_bound_claims_without_our_finalizers() {
+        let cases = [
+            (C::ours(), true, "waiting for a volume"),
+            (C::ours().intent(), true, "provisioning"),
+            (
+                C::ours().bound().intent(),
+                true,
+                "bound, the intent still on",
+            ),
+            (
+                C::ours().bound().clone_source(),
+                true,
+                "bound, a clone source",
+            ),
+            (
+                C::ours().bound().clone_source().deleting(),
+                true,
+                "a deleted clone source",
+            ),
+            (
+                C::ours().of("x"),
+                true,
+                "another driver's, pending (a clone may wait for ours)",
+            ),
+            (C::ours().bound(), false, "bound, done"),
+            (C::ours().bound().deleting(), false, "bound, done, deleted"),
+            (C::ours().of("x").bound(), false, "another driver's, bound"),
+        ];
+        for (c, want, what) in cases {
+            assert_eq!(cached(&Claim(c.0)), want, "{what}");
         }
     }
 

@@ -26,7 +26,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::watcher;
 use tracing::{debug, warn};
 
-pub use decide::trim;
+pub use decide::{cached, trim};
 pub use error::ClaimError;
 pub use intent::IntentReleaser;
 pub use memory::ClaimMemory;
