@@ -656,11 +656,37 @@ fn drop_managed_fields<K: kube::Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
 }
 
+/// How many API requests one of the sidecar's clients has in flight at most.
+/// kube-rs speaks HTTP/1.1 (client-go multiplexes one HTTP/2 connection), so
+/// every request in flight is a TLS connection of its own, about 90 KiB each
+/// with its buffers, and `--worker-threads` (100) reconciles would keep a
+/// hundred open. Watches hold a slot only until their response starts.
+const REQUESTS_IN_FLIGHT: usize = 16;
+
 async fn kube_client(
     cfg: &RunConfig,
     throttle: Option<ThrottleLayer>,
 ) -> Result<Client, FatalError> {
-    kube_client_for(cfg.kubeconfig.as_deref(), cfg.master.as_deref(), throttle).await
+    sidecar_client(cfg.kubeconfig.as_deref(), cfg.master.as_deref(), throttle).await
+}
+
+/// A client of the running sidecar: at most [`REQUESTS_IN_FLIGHT`] requests
+/// in flight, and the rate limit when given.
+async fn sidecar_client(
+    kubeconfig: Option<&std::path::Path>,
+    master: Option<&str>,
+    throttle: Option<ThrottleLayer>,
+) -> Result<Client, FatalError> {
+    let config = kube_config(kubeconfig, master).await?;
+    let builder = kube::client::ClientBuilder::try_from(config)
+        .map_err(|e| FatalError::KubeConfig(e.to_string()))?
+        .with_layer(&tower::limit::ConcurrencyLimitLayer::new(
+            REQUESTS_IN_FLIGHT,
+        ));
+    Ok(match throttle {
+        None => builder.build(),
+        Some(layer) => builder.with_layer(&layer).build(),
+    })
 }
 
 /// A client from the kubeconfig at `kubeconfig` (in-cluster config without
@@ -670,6 +696,18 @@ pub async fn kube_client_for(
     master: Option<&str>,
     throttle: Option<ThrottleLayer>,
 ) -> Result<Client, FatalError> {
+    let builder = kube::client::ClientBuilder::try_from(kube_config(kubeconfig, master).await?)
+        .map_err(|e| FatalError::KubeConfig(e.to_string()))?;
+    Ok(match throttle {
+        None => builder.build(),
+        Some(layer) => builder.with_layer(&layer).build(),
+    })
+}
+
+async fn kube_config(
+    kubeconfig: Option<&std::path::Path>,
+    master: Option<&str>,
+) -> Result<kube::Config, FatalError> {
     let err = |e: &dyn std::fmt::Display| FatalError::KubeConfig(e.to_string());
     let mut config = match kubeconfig {
         Some(path) => {
@@ -683,11 +721,7 @@ pub async fn kube_client_for(
     if let Some(master) = master {
         config.cluster_url = master.parse().map_err(|e: http::uri::InvalidUri| err(&e))?;
     }
-    let builder = kube::client::ClientBuilder::try_from(config).map_err(|e| err(&e))?;
-    Ok(match throttle {
-        None => builder.build(),
-        Some(layer) => builder.with_layer(&layer).build(),
-    })
+    Ok(config)
 }
 
 /// A random (version 4) UUID in its usual text form.
@@ -737,6 +771,67 @@ mod tests {
             .await
             .expect("the task must be aborted when its owner is dropped")
             .expect_err("aborted, so its sender is dropped without sending");
+    }
+
+    #[tokio::test]
+    async fn a_sidecar_client_keeps_at_most_its_limit_of_requests_in_flight() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        // An API server that holds each request a moment and counts how many
+        // it holds at once.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let now = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let (n, m) = (now.clone(), most.clone());
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let (n, m) = (n.clone(), m.clone());
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |_req| {
+                        let (n, m) = (n.clone(), m.clone());
+                        async move {
+                            m.fetch_max(n.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            n.fetch_sub(1, Ordering::SeqCst);
+                            Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                                http_body_util::Full::new(hyper::body::Bytes::from("{}")),
+                            ))
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: 'http://{addr}'}}}}]\n\
+                 users: [{{name: u, user: {{}}}}]\ncontexts: [{{name: x, context: {{cluster: c, user: u}}}}]\n\
+                 current-context: x\n"
+            ),
+        )
+        .unwrap();
+        let client = sidecar_client(Some(&kubeconfig), None, None).await.unwrap();
+        let requests = (0..3 * REQUESTS_IN_FLIGHT).map(|_| {
+            let client = client.clone();
+            async move {
+                client
+                    .request_text(http::Request::get("/api").body(Vec::new()).unwrap())
+                    .await
+                    .unwrap()
+            }
+        });
+        futures::future::join_all(requests).await;
+        assert_eq!(
+            most.load(Ordering::SeqCst),
+            REQUESTS_IN_FLIGHT,
+            "held at once by the server"
+        );
     }
 
     #[tokio::test]
