@@ -656,7 +656,7 @@ fn drop_managed_fields<K: kube::Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
 }
 
-/// How many API requests one of the sidecar's clients has in flight at most.
+/// How many API requests one of our clients has in flight at most.
 /// kube-rs speaks HTTP/1.1 (client-go multiplexes one HTTP/2 connection), so
 /// every request in flight is a TLS connection of its own, about 90 KiB each
 /// with its buffers, and `--worker-threads` (100) reconciles would keep a
@@ -667,47 +667,17 @@ async fn kube_client(
     cfg: &RunConfig,
     throttle: Option<ThrottleLayer>,
 ) -> Result<Client, FatalError> {
-    sidecar_client(cfg.kubeconfig.as_deref(), cfg.master.as_deref(), throttle).await
-}
-
-/// A client of the running sidecar: at most [`REQUESTS_IN_FLIGHT`] requests
-/// in flight, and the rate limit when given.
-async fn sidecar_client(
-    kubeconfig: Option<&std::path::Path>,
-    master: Option<&str>,
-    throttle: Option<ThrottleLayer>,
-) -> Result<Client, FatalError> {
-    let config = kube_config(kubeconfig, master).await?;
-    let builder = kube::client::ClientBuilder::try_from(config)
-        .map_err(|e| FatalError::KubeConfig(e.to_string()))?
-        .with_layer(&tower::limit::ConcurrencyLimitLayer::new(
-            REQUESTS_IN_FLIGHT,
-        ));
-    Ok(match throttle {
-        None => builder.build(),
-        Some(layer) => builder.with_layer(&layer).build(),
-    })
+    kube_client_for(cfg.kubeconfig.as_deref(), cfg.master.as_deref(), throttle).await
 }
 
 /// A client from the kubeconfig at `kubeconfig` (in-cluster config without
-/// one), talking to `master` when given, with an optional rate limit.
+/// one), talking to `master` when given, with at most
+/// [`REQUESTS_IN_FLIGHT`] requests in flight and an optional rate limit.
 pub async fn kube_client_for(
     kubeconfig: Option<&std::path::Path>,
     master: Option<&str>,
     throttle: Option<ThrottleLayer>,
 ) -> Result<Client, FatalError> {
-    let builder = kube::client::ClientBuilder::try_from(kube_config(kubeconfig, master).await?)
-        .map_err(|e| FatalError::KubeConfig(e.to_string()))?;
-    Ok(match throttle {
-        None => builder.build(),
-        Some(layer) => builder.with_layer(&layer).build(),
-    })
-}
-
-async fn kube_config(
-    kubeconfig: Option<&std::path::Path>,
-    master: Option<&str>,
-) -> Result<kube::Config, FatalError> {
     let err = |e: &dyn std::fmt::Display| FatalError::KubeConfig(e.to_string());
     let mut config = match kubeconfig {
         Some(path) => {
@@ -721,7 +691,15 @@ async fn kube_config(
     if let Some(master) = master {
         config.cluster_url = master.parse().map_err(|e: http::uri::InvalidUri| err(&e))?;
     }
-    Ok(config)
+    let builder = kube::client::ClientBuilder::try_from(config)
+        .map_err(|e| err(&e))?
+        .with_layer(&tower::limit::ConcurrencyLimitLayer::new(
+            REQUESTS_IN_FLIGHT,
+        ));
+    Ok(match throttle {
+        None => builder.build(),
+        Some(layer) => builder.with_layer(&layer).build(),
+    })
 }
 
 /// A random (version 4) UUID in its usual text form.
@@ -774,7 +752,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_sidecar_client_keeps_at_most_its_limit_of_requests_in_flight() {
+    async fn a_client_keeps_at_most_its_limit_of_requests_in_flight() {
         use std::sync::atomic::{AtomicUsize, Ordering};
         // An API server that holds each request a moment and counts how many
         // it holds at once.
@@ -816,7 +794,9 @@ mod tests {
             ),
         )
         .unwrap();
-        let client = sidecar_client(Some(&kubeconfig), None, None).await.unwrap();
+        let client = kube_client_for(Some(&kubeconfig), None, None)
+            .await
+            .unwrap();
         let requests = (0..3 * REQUESTS_IN_FLIGHT).map(|_| {
             let client = client.clone();
             async move {
