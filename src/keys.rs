@@ -64,8 +64,11 @@ pub const EVENT_SOURCE_PROVISIONER: &str = "external-provisioner";
 /// Put on a VolumeSnapshot before a volume is restored from it, removed after.
 pub const FINALIZER_SNAPSHOT_SOURCE: &str =
     "provisioner.storage.kubernetes.io/volumesnapshot-as-source-protection";
-/// On a VolumeSnapshotContent: restores into another volume mode are allowed.
-pub const ANN_ALLOW_VOLUME_MODE_CHANGE: &str = "snapshot.storage.k8s.io/allow-volume-mode-change";
+/// On a VolumeSnapshotContent: restores into another volume mode are allowed
+/// (upstream: `annAllowVolumeModeChange`; the `.kubernetes.io` domain, not the
+/// API group's `.k8s.io`).
+pub const ANN_ALLOW_VOLUME_MODE_CHANGE: &str =
+    "snapshot.storage.kubernetes.io/allow-volume-mode-change";
 /// Put on a claim before a volume is cloned from it; removed by the claim
 /// controller once the claim is deleted and no pending clone names it.
 pub const FINALIZER_CLONE_SOURCE: &str = "provisioner.storage.kubernetes.io/cloning-protection";

@@ -11,6 +11,8 @@ use std::process::Command;
 
 use csi_test_driver::ledger::ContentSource;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, TypedLocalObjectReference};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::json;
 use support::{ChildProcess, DEADLINE, Rig, Snapshotter, cluster, wait_for};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -216,4 +218,113 @@ async fn a_restore_is_what_upstream_makes() {
 #[tokio::test]
 async fn a_clone_is_what_upstream_makes() {
     compare("PersistentVolumeClaim").await;
+}
+
+/// The key an administrator writes on a VolumeSnapshotContent to let a
+/// Filesystem snapshot be restored as a Block volume, as upstream's and
+/// external-snapshotter's documentation spell it (written out here, not
+/// taken from `keys.rs`, so a wrong constant fails this test).
+const ALLOW_MODE_CHANGE: &str = "snapshot.storage.kubernetes.io/allow-volume-mode-change";
+
+/// One sidecar restores a Filesystem snapshot as a Block claim: refused until
+/// the content carries the documented annotation, restored after. Returns the
+/// refusal's events on the claim.
+async fn mode_change(who: Sidecar) -> Vec<(String, String, String)> {
+    let cluster = cluster().await;
+    let rig = Rig::builder("mode")
+        .driver(|d| d.capabilities = vec!["+CREATE_DELETE_SNAPSHOT".to_string()])
+        .kubeconfig(cluster.kubeconfig.clone())
+        .without_sidecar()
+        .start()
+        .await;
+    let _sidecar = ChildProcess::spawn(
+        Command::new(match who {
+            Sidecar::Upstream => support::testbed_bin("csi-provisioner-upstream"),
+            Sidecar::Ours => support::workspace_bin("csi-provisioner"),
+        })
+        .args(&rig.args)
+        .args([
+            "--leader-election=false",
+            "--timeout=10s",
+            "--retry-interval-max=2s",
+        ]),
+    );
+    rig.create_claim(rig.claim("source")).await;
+    rig.wait_bound("source").await;
+    let snapshotter = Snapshotter::start(&rig).await;
+    let status = snapshotter.snapshot("snap", "source").await;
+    let content_name = status["boundVolumeSnapshotContentName"]
+        .as_str()
+        .expect("the snapshot's content")
+        .to_string();
+    let contents = Api::<DynamicObject>::all_with(
+        rig.client.clone(),
+        &support::snapshot_resource("VolumeSnapshotContent"),
+    );
+    let content = contents.get(&content_name).await.unwrap();
+    assert_eq!(
+        content.data["spec"]["sourceVolumeMode"], "Filesystem",
+        "the content records its volume's mode, so a Block restore is a mode change"
+    );
+
+    let mut block = with_source(
+        &rig,
+        "block",
+        "1Gi",
+        Some("snapshot.storage.k8s.io"),
+        "VolumeSnapshot",
+        "snap",
+    );
+    block.spec.as_mut().unwrap().volume_mode = Some("Block".into());
+    rig.claims()
+        .create(&Default::default(), &block)
+        .await
+        .unwrap();
+    rig.wait_claim_event("block", "ProvisioningFailed", ALLOW_MODE_CHANGE)
+        .await;
+    let replace = [
+        (content_name.as_str(), "<content>"),
+        (rig.ns.name.as_str(), "<ns>"),
+    ];
+    let refused = events(&rig, "block", &replace).await;
+    assert!(
+        rig.ledger().await.volumes.len() == 1,
+        "nothing is restored without the content's consent"
+    );
+
+    contents
+        .patch(
+            &content_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {ALLOW_MODE_CHANGE: "true"}}})),
+        )
+        .await
+        .unwrap();
+    let pv = rig.wait_bound("block").await;
+    assert_eq!(
+        pv.spec.as_ref().unwrap().volume_mode.as_deref(),
+        Some("Block")
+    );
+    for claim in ["block", "source"] {
+        rig.delete_claim(claim).await;
+    }
+    wait_for("the volumes to go", DEADLINE, || async {
+        let left = rig.ledger().await.volumes.len();
+        if left == 0 { Ok(()) } else { Err(left) }
+    })
+    .await;
+    snapshotter.cleanup().await;
+    rig.cleanup().await;
+    refused
+}
+
+#[tokio::test]
+async fn a_block_restore_of_a_filesystem_snapshot_waits_for_the_documented_annotation() {
+    let upstream = mode_change(Sidecar::Upstream).await;
+    let ours = mode_change(Sidecar::Ours).await;
+    assert!(
+        ours.iter().any(|e| e.2.contains(ALLOW_MODE_CHANGE)),
+        "the refusal names the key to set: {ours:?}"
+    );
+    assert_eq!(ours, upstream, "the refusal's events, as upstream's");
 }

@@ -223,6 +223,100 @@ async fn final_error_is_retried_with_growing_backoff_until_the_fault_clears() {
 }
 
 // ---------------------------------------------------------------------------
+// Backoff: a failing backend is asked again after 1 s, 2 s, 4 s (upstream's
+// `--retry-interval-start` doubling), on every path, however many updates our
+// own writes of the failed attempt make to the object.
+
+/// The times (ms) of the first `n` calls of `method` the driver answered.
+async fn call_times(rig: &Rig, method: &str, n: usize) -> Vec<u64> {
+    wait_for(&format!("{n} {method} calls"), DEADLINE, || async {
+        let ledger = rig.ledger().await;
+        let at: Vec<u64> = ledger.operations_of(method).map(|op| op.at_ms).collect();
+        if at.len() >= n {
+            Ok(at[..n].to_vec())
+        } else {
+            Err(at)
+        }
+    })
+    .await
+}
+
+/// Each retry waits at least (most of) its backoff: 1 s, 2 s, 4 s ... after
+/// the first, second, third failure. The lower bounds are what a hammered
+/// backend lacks; a retry that comes late is not checked (a slow machine).
+fn assert_backs_off(method: &str, at: &[u64]) {
+    for (i, pair) in at.windows(2).enumerate() {
+        let want = 1000u64 << i;
+        assert!(
+            pair[1] - pair[0] >= want * 9 / 10,
+            "{method} retry {} came {} ms after the failure before it, not after {want} ms: calls at {at:?}",
+            i + 1,
+            pair[1] - pair[0]
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_failing_create_volume_is_retried_after_1s_2s_4s() {
+    let rig = Rig::builder("err-backoff-create").start().await;
+    rig.control
+        .set_fault("CreateVolume", failing(GrpcCode::Internal))
+        .await
+        .unwrap();
+    rig.create_claim(rig.claim("data")).await;
+    let at = call_times(&rig, "CreateVolume", 4).await;
+    assert_backs_off("CreateVolume", &at);
+    rig.control.clear_faults().await.unwrap();
+    rig.wait_bound("data").await;
+    rig.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_failing_delete_volume_of_a_released_pv_is_retried_after_1s_2s_4s() {
+    let rig = Rig::builder("err-backoff-delete").start().await;
+    rig.create_claim(rig.claim("data")).await;
+    let pv = rig.wait_bound("data").await;
+    rig.control
+        .set_fault("DeleteVolume", failing(GrpcCode::Internal))
+        .await
+        .unwrap();
+    rig.delete_claim("data").await;
+    let at = call_times(&rig, "DeleteVolume", 4).await;
+    assert_backs_off("DeleteVolume", &at);
+    rig.control.clear_faults().await.unwrap();
+    rig.wait_pv_gone(pv.metadata.name.as_deref().unwrap()).await;
+    assert!(rig.ledger().await.volumes.is_empty());
+    rig.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_failing_delete_volume_of_a_claim_deleted_mid_flight_is_retried_after_1s_2s_4s() {
+    let rig = Rig::builder("err-backoff-abandon").start().await;
+    rig.control
+        .set_fault("CreateVolume", Fault::Hang)
+        .await
+        .unwrap();
+    rig.control
+        .set_fault("DeleteVolume", failing(GrpcCode::Internal))
+        .await
+        .unwrap();
+    rig.create_claim(rig.claim("data")).await;
+    rig.control
+        .wait_for_hung("CreateVolume", 1, DEADLINE)
+        .await
+        .unwrap();
+    rig.delete_claim("data").await;
+    // The hung call makes the volume; the claim is gone, so it is deleted.
+    rig.control.release("CreateVolume").await.unwrap();
+    let at = call_times(&rig, "DeleteVolume", 4).await;
+    assert_backs_off("DeleteVolume", &at);
+    rig.control.clear_faults().await.unwrap();
+    rig.wait_claim_gone("data").await;
+    assert!(rig.ledger().await.volumes.is_empty());
+    rig.cleanup().await;
+}
+
+// ---------------------------------------------------------------------------
 // ResourceExhausted: reschedule only when the node could be the reason.
 
 const ZONE_KEY: &str = "topology.err.example.com/zone";

@@ -317,13 +317,13 @@ mod tests {
         assert_eq!(
             check_claim(&block, &snapshot(), Some(&with(None))),
             Err(format!(
-                "{refused}snapshot.storage.k8s.io/allow-volume-mode-change annotation is not present on snapshotcontent content"
+                "{refused}snapshot.storage.kubernetes.io/allow-volume-mode-change annotation is not present on snapshotcontent content"
             ))
         );
         assert_eq!(
             check_claim(&block, &snapshot(), Some(&with(Some("false")))),
             Err(format!(
-                "{refused}snapshot.storage.k8s.io/allow-volume-mode-change is set to false on snapshotcontent content"
+                "{refused}snapshot.storage.kubernetes.io/allow-volume-mode-change is set to false on snapshotcontent content"
             ))
         );
         assert!(
