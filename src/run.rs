@@ -19,7 +19,7 @@ use tracing::{error, info, warn};
 
 use crate::config::RateLimit;
 use crate::controller::claim::{ClaimMemory, IntentReleaser};
-use crate::controller::{Backoff, Caches, Context, VolumeMemory, capacity, claim, volume};
+use crate::controller::{Caches, Context, VolumeMemory, capacity, claim, volume};
 use crate::csi::{CsiClient, DriverCapabilities};
 use crate::http::{HttpServer, LeaderHealth};
 use crate::kube::lease::{Elector, LeaseConfig, lease_name};
@@ -148,8 +148,8 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
                 name: nd.node_name.clone(),
                 topology,
                 immediate_binding: nd.immediate_binding,
-                race_delay: Backoff::new(nd.base_delay, nd.max_delay),
                 base_delay: nd.base_delay,
+                max_delay: nd.max_delay,
             })
         }
     };
@@ -302,10 +302,7 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
         },
         claims: claim_memory.clone(),
         intents: IntentReleaser::start(background, claim_memory.clone()),
-        volumes: VolumeMemory {
-            backoff: Backoff::new(cfg.retry_start, cfg.retry_max),
-            deleted: Default::default(),
-        },
+        volumes: VolumeMemory::new(cfg.retry_start, cfg.retry_max),
         capacity: capacity.as_ref().map(|c| c.3.clone()),
         clone_releases: tokio::sync::Semaphore::new(cfg.cloning_protection_threads.max(1)),
         node,
@@ -344,7 +341,10 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
             volumes_listed.clone(),
             Pv::trim,
             |_| true,
-            |_| {},
+            {
+                let ctx = ctx.clone();
+                move |event| volume::forget_deleted(&ctx.volumes, event)
+            },
         ),
         volume_store.clone(),
     )

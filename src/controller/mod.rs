@@ -4,17 +4,19 @@
 //!
 //! kube-runtime's `Controller` gives us the work queue: one reconcile per
 //! object at a time, deduplicated triggers, bounded concurrency. What it lacks
-//! — per-object exponential backoff — lives in [`Backoff`].
+//! — per-object exponential backoff that the object's own updates do not cut
+//! short — lives in [`memory`].
 
 pub mod capacity;
 pub mod claim;
+pub mod memory;
 pub mod node;
 pub mod snapshot_sweep;
 mod topology;
 pub mod volume;
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
@@ -71,20 +73,15 @@ pub struct Caches {
     pub claims: Store<Claim>,
 }
 
-/// What the volume path remembers.
-pub struct VolumeMemory {
-    pub backoff: Backoff,
-    /// PVs (UIDs) whose deletion this process finished, so a stale cached
-    /// copy that still shows them Released with our finalizer costs no
-    /// second read. An entry goes once the cache shows the PV without it.
-    pub deleted: Remembered,
-}
+/// What the volume path remembers, per PV UID.
+pub type VolumeMemory = memory::Memory<VolumeEntry>;
 
-/// A set of names this process knows to be done. The sets only save requests:
-/// forgetting an entry costs one authoritative read, so when one fills it is
-/// simply cleared.
 #[derive(Default)]
-pub struct Remembered(Mutex<HashSet<String>>);
+pub struct VolumeEntry {
+    /// This process finished the PV's deletion, so a stale cached copy that
+    /// still shows it Released with our finalizer costs no second read.
+    pub deleted: bool,
+}
 
 /// The UID of the claim a PV is bound (or pre-bound) to.
 pub fn bound_claim_uid(pv: &Pv) -> Option<&str> {
@@ -92,61 +89,6 @@ pub fn bound_claim_uid(pv: &Pv) -> Option<&str> {
         .as_ref()
         .and_then(|s| s.claim_ref.as_ref())
         .and_then(|r| r.uid.as_deref())
-}
-
-/// Bound on each [`Remembered`] set.
-const MAX_REMEMBERED: usize = 100_000;
-
-impl Remembered {
-    pub fn insert(&self, key: &str) {
-        let mut set = self.0.lock().expect("poisoned");
-        if set.len() >= MAX_REMEMBERED {
-            set.clear();
-        }
-        set.insert(key.to_string());
-    }
-
-    pub fn contains(&self, key: &str) -> bool {
-        self.0.lock().expect("poisoned").contains(key)
-    }
-
-    pub fn remove(&self, key: &str) {
-        self.0.lock().expect("poisoned").remove(key);
-    }
-}
-
-/// Per-object exponential backoff: `start · 2^failures`, capped at `max`
-/// (`--retry-interval-start`, `--retry-interval-max`).
-pub struct Backoff {
-    start: Duration,
-    max: Duration,
-    failures: Mutex<HashMap<String, u32>>,
-}
-
-impl Backoff {
-    pub fn new(start: Duration, max: Duration) -> Backoff {
-        Backoff {
-            start,
-            max,
-            failures: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// Records a failure of `key` and returns how long to wait before the next try.
-    pub fn next_delay(&self, key: &str) -> Duration {
-        let mut failures = self.failures.lock().expect("backoff map poisoned");
-        let n = failures.entry(key.to_string()).or_insert(0);
-        let delay = retry_delay(self.start, self.max, *n);
-        *n = n.saturating_add(1);
-        delay
-    }
-
-    pub fn reset(&self, key: &str) {
-        self.failures
-            .lock()
-            .expect("backoff map poisoned")
-            .remove(key);
-    }
 }
 
 /// The wait after `failures` failures in a row: `start · 2^failures`, capped
@@ -180,24 +122,5 @@ impl Context {
     /// PVs as the sidecar reads, deletes and patches them: the slim shape.
     pub fn pv_api(&self) -> kube::Api<Pv> {
         kube::Api::all(self.client.clone())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_max_and_resets() {
-        let b = Backoff::new(Duration::from_secs(1), Duration::from_secs(5));
-        let delays: Vec<u64> = (0..5).map(|_| b.next_delay("a").as_secs()).collect();
-        assert_eq!(delays, vec![1, 2, 4, 5, 5]);
-        assert_eq!(b.next_delay("b").as_secs(), 1, "keys are independent");
-        b.reset("a");
-        assert_eq!(b.next_delay("a").as_secs(), 1);
-        for _ in 0..100 {
-            b.next_delay("c");
-        }
-        assert_eq!(b.next_delay("c"), Duration::from_secs(5), "no overflow");
     }
 }

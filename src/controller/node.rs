@@ -25,8 +25,9 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info};
 
+use super::Context;
+use super::claim::ClaimMemory;
 use super::claim::decide::{Work, work_for};
-use super::{Backoff, Context};
 use crate::keys;
 use crate::kube::is_conflict;
 use crate::provision::{ClaimView, quantity};
@@ -39,9 +40,11 @@ pub struct NodeMode {
     pub topology: Option<BTreeMap<String, String>>,
     /// `--node-deployment-immediate-binding`.
     pub immediate_binding: bool,
-    /// `--node-deployment-base-delay` / `--node-deployment-max-delay`, per claim UID.
-    pub race_delay: Backoff,
+    /// `--node-deployment-base-delay` / `--node-deployment-max-delay`: the
+    /// delay before a try to take an Immediate claim, doubling per try (the
+    /// count is in the claim's memory).
     pub base_delay: Duration,
+    pub max_delay: Duration,
 }
 
 /// Whose claim it is, in node-deployment mode.
@@ -148,8 +151,8 @@ fn requirement_holds(e: &NodeSelectorRequirement, labels: &BTreeMap<String, Stri
 /// The delay before this node tries to take an Immediate claim: the claim's
 /// exponential delay (base to max) minus a random jitter below the base, so
 /// that the sidecars of many nodes do not all try at once.
-fn race_delay(node: &NodeMode, uid: &str) -> Duration {
-    let delay = node.race_delay.next_delay(uid);
+fn race_delay(node: &NodeMode, races: &ClaimMemory, uid: &str) -> Duration {
+    let delay = super::retry_delay(node.base_delay, node.max_delay, races.next_race(uid));
     let jitter = node.base_delay.mul_f64(rand::random::<f64>());
     delay.saturating_sub(jitter)
 }
@@ -167,7 +170,7 @@ pub async fn race(
     class: &StorageClass,
 ) -> Result<Action, kube::Error> {
     let view = ClaimView(claim);
-    let delay = race_delay(node, view.uid());
+    let delay = race_delay(node, &ctx.claims, view.uid());
     debug!(claim = %view.key(), ?delay, "racing for an Immediate claim");
     let poll = (node.base_delay / 100).max(Duration::from_millis(10));
     let until = Instant::now() + delay;
@@ -184,7 +187,7 @@ pub async fn race(
                 {
                     debug!(claim = %view.key(), "another node took it");
                     // Should it come back (rescheduled), the delay starts afresh.
-                    node.race_delay.reset(view.uid());
+                    ctx.claims.reset_races(view.uid());
                     return Ok(Action::await_change());
                 }
                 cached.0.resource_version()
@@ -204,7 +207,7 @@ pub async fn race(
     match has_room(ctx, node, claim, class).await {
         Ok(false) => {
             debug!(claim = %view.key(), "not enough capacity on this node: not taking it");
-            return Ok(Action::requeue(race_delay(node, view.uid())));
+            return Ok(Action::requeue(race_delay(node, &ctx.claims, view.uid())));
         }
         Ok(true) => {}
         Err(status) => {
@@ -224,7 +227,7 @@ pub async fn race(
     {
         Ok(_) => {
             info!(claim = %view.key(), node = %node.name, "took the Immediate claim for this node");
-            node.race_delay.reset(view.uid());
+            ctx.claims.reset_races(view.uid());
             Ok(Action::await_change())
         }
         Err(e) if is_conflict(&e) => {
@@ -279,8 +282,8 @@ mod tests {
             name: "n1".into(),
             topology: Some([("zone".to_string(), "a".to_string())].into()),
             immediate_binding: immediate,
-            race_delay: Backoff::new(Duration::from_secs(20), Duration::from_secs(60)),
             base_delay: Duration::from_secs(20),
+            max_delay: Duration::from_secs(60),
         }
     }
 
@@ -491,16 +494,17 @@ mod tests {
     #[test]
     fn the_race_delay_grows_per_claim_and_is_jittered_below_the_base() {
         let n = node(true);
-        let first = race_delay(&n, "uid-1");
+        let m = ClaimMemory::new(Duration::from_secs(1), Duration::from_secs(5));
+        let first = race_delay(&n, &m, "uid-1");
         assert!(first <= Duration::from_secs(20), "{first:?}");
-        let _ = race_delay(&n, "uid-1");
-        let third = race_delay(&n, "uid-1");
+        let _ = race_delay(&n, &m, "uid-1");
+        let third = race_delay(&n, &m, "uid-1");
         // 20 s, 40 s, then the 60 s cap, each minus under 20 s of jitter.
         assert!(
             third > Duration::from_secs(40) && third <= Duration::from_secs(60),
             "{third:?}"
         );
-        let other = race_delay(&n, "uid-2");
+        let other = race_delay(&n, &m, "uid-2");
         assert!(
             other <= Duration::from_secs(20),
             "a claim of its own: {other:?}"

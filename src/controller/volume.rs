@@ -11,10 +11,12 @@ use std::time::Instant;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::controller::Action;
+use kube::runtime::watcher;
 use tonic::Status;
 use tracing::{debug, info, warn};
 
-use super::{Context, node};
+use super::memory::{Attempt, Hold};
+use super::{Context, VolumeMemory, node};
 use crate::keys;
 use crate::kube::slim::Pv;
 use crate::kube::{
@@ -39,7 +41,7 @@ pub enum VolumeError {
 }
 
 /// What a PV needs from us, decided from the cached (or fresh) object.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 enum Work {
     Nothing,
     /// Bound with policy Delete and no finalizer: hold it (also adopts
@@ -102,10 +104,19 @@ fn work_for(pv: &Pv, driver: &str) -> Work {
 pub async fn reconcile(pv: Arc<Pv>, ctx: Arc<Context>) -> Result<Action, VolumeError> {
     let api = ctx.pv_api();
     let uid = pv.uid().unwrap_or_default();
-    if !has_finalizer(pv.as_ref(), keys::FINALIZER_PV) {
-        ctx.volumes.deleted.remove(&uid);
+    let work = work_for(&pv, &ctx.driver.name);
+    if work == Work::Nothing && !has_finalizer(pv.as_ref(), keys::FINALIZER_PV) {
+        // Not ours, or done: nothing to remember.
+        ctx.volumes.forget(&uid);
+        return Ok(Action::await_change());
     }
-    match work_for(&pv, &ctx.driver.name) {
+    // The same work failed a moment ago: the updates its own DELETE caused
+    // (the PV Terminating, the PV protection dropped) trigger reconciles.
+    if let Some(wait) = ctx.volumes.begin(&uid, Attempt::of(&work)) {
+        debug!(pv = %pv.name_any(), ?wait, "the same attempt failed: waiting out its backoff");
+        return Ok(Action::requeue(wait));
+    }
+    match work {
         Work::Nothing => {}
         Work::AddFinalizer => match add_finalizer(&api, pv.as_ref(), keys::FINALIZER_PV).await {
             Ok(_) => {}
@@ -115,7 +126,7 @@ pub async fn reconcile(pv: Arc<Pv>, ctx: Arc<Context>) -> Result<Action, VolumeE
         Work::RemoveFinalizer => {
             remove_finalizer(&api, pv.as_ref(), keys::FINALIZER_PV).await?;
         }
-        Work::Delete if ctx.volumes.deleted.contains(&uid) => {}
+        Work::Delete if ctx.volumes.read(&uid, |e| e.deleted) == Some(true) => {}
         // One sidecar per node: a PV made on another node is that node's to delete.
         Work::Delete
             if ctx.node.as_ref().is_some_and(|n| {
@@ -129,17 +140,31 @@ pub async fn reconcile(pv: Arc<Pv>, ctx: Arc<Context>) -> Result<Action, VolumeE
         }
         Work::Delete => delete(&ctx, &pv).await?,
     }
-    ctx.volumes.backoff.reset(&pv.name_any());
+    ctx.volumes.succeeded(&uid);
     Ok(Action::await_change())
 }
 
+/// Requeues a failed PV with per-PV exponential backoff; the work that
+/// failed is held back until then.
 pub fn error_policy(pv: Arc<Pv>, err: &VolumeError, ctx: Arc<Context>) -> Action {
-    let delay = ctx.volumes.backoff.next_delay(&pv.name_any());
+    let uid = pv.uid().unwrap_or_default();
+    let hold = match err {
+        VolumeError::NotLeader => Hold::Nothing,
+        _ => Hold::Attempt,
+    };
+    let delay = ctx.volumes.failed(&uid, hold);
     match err {
         VolumeError::NotLeader => debug!(pv = %pv.name_any(), "not leader"),
         _ => warn!(pv = %pv.name_any(), error = %err, retry_in = ?delay, "deletion failed"),
     }
     Action::requeue(delay)
+}
+
+/// Forgets a PV the watch says is gone (the reconciler never hears of it).
+pub fn forget_deleted(memory: &VolumeMemory, event: &watcher::Event<Pv>) {
+    if let watcher::Event::Delete(pv) = event {
+        memory.forget(&pv.uid().unwrap_or_default());
+    }
 }
 
 fn labels(pv: &Pv) -> VolumeLabels {
@@ -230,7 +255,8 @@ async fn delete(ctx: &Context, cached: &Pv) -> Result<(), VolumeError> {
             Err(e) => return Err(e.into()),
         }
     }
-    ctx.volumes.deleted.insert(&pv.uid().unwrap_or_default());
+    ctx.volumes
+        .with(&pv.uid().unwrap_or_default(), |e| e.deleted = true);
     ctx.metrics.delete_total.get_or_create(&labels(&pv)).inc();
     ctx.metrics
         .delete_duration

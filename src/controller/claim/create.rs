@@ -95,12 +95,6 @@ pub async fn provision(
             }
         }
     }
-    if let Some(wait) = ctx
-        .claims
-        .infeasible_wait(uid, class.metadata.uid.as_deref().unwrap_or_default())
-    {
-        return Ok(Action::requeue(wait));
-    }
     match cached_pv(ctx, view) {
         CachedPv::Ours => {
             // Saved already: binding is kube-controller-manager's step, and
@@ -454,10 +448,8 @@ async fn create_volume(
                 ClaimError::create_volume(status, class_of_error),
             );
             match class_of_error {
-                CsiErrorClass::Infeasible => ctx.claims.mark_infeasible(
-                    view.uid(),
-                    class.metadata.uid.as_deref().unwrap_or_default(),
-                ),
+                // Waits `--retry-interval-max` (the error policy), or a new class.
+                CsiErrorClass::Infeasible => {}
                 CsiErrorClass::Reschedule => match (earlier, &ctx.node) {
                     (Earlier::None, _) => reschedule(ctx, claim, Reschedule::DropIntent).await?,
                     // One driver for every node: the intent stays, and a claim

@@ -4,12 +4,13 @@
 
 use k8s_openapi::api::storage::v1::StorageClass;
 
+use crate::controller::memory::Attempt;
 use crate::keys;
 use crate::kube::slim::Claim;
 use crate::provision::ClaimView;
 
 /// What a claim needs from us right now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Work {
     /// Not ours, or nothing left to do: nothing to remember about it either.
     Nothing,
@@ -41,6 +42,13 @@ pub fn work_for(claim: ClaimView, driver: &str) -> Work {
         (false, true, true) => Work::ReleaseIntent,
         (false, true, false) => Work::Nothing,
     }
+}
+
+/// What an attempt at `work` is decided on: a failed attempt is not made
+/// again before its backoff unless one of these changed (the node the
+/// scheduler chose, the class — re-created classes count as new).
+pub fn attempt(claim: ClaimView, work: Work, class_uid: Option<&str>) -> Attempt {
+    Attempt::of((work, claim.selected_node(), claim.class(), class_uid))
 }
 
 /// Whether a claim that needs a volume may get one from us now.

@@ -1,86 +1,35 @@
-//! What the claim path remembers between reconciles, in one place, keyed by
-//! claim UID (a claim re-created under the same name is a new claim and
-//! inherits nothing). Every entry only saves work — a `CreateVolume`, a
-//! request, a wait — and is recomputable from the API server, so the map is
-//! bounded by simply clearing it when it fills. An entry is forgotten in one
-//! place, [`ClaimMemory::forget`]: when its claim is done or deleted.
+//! What the claim path remembers between reconciles, per claim UID, in the
+//! controllers' one kind of memory ([`crate::controller::memory`]: bounded,
+//! forgotten in one place, with the retry state of each claim). Every entry
+//! only saves work — a `CreateVolume`, a request, a wait — and is
+//! recomputable from the API server.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::controller::memory::Memory;
 use crate::csi::pb;
 
-/// Bound on remembered claims; beyond it the map is cleared (see above).
-const MAX_CLAIMS: usize = 100_000;
-
 #[derive(Default)]
-struct Entry {
+pub struct ClaimEntry {
     /// When the first attempt started, for the provisioning-duration metric.
     started: Option<Instant>,
-    /// Failed attempts in a row, for the per-claim exponential backoff.
-    failures: u32,
     /// The driver's answer whose PV is not saved yet: a retry saves it
     /// without another `CreateVolume`.
     created: Option<pb::Volume>,
-    /// The last `CreateVolume` was `InvalidArgument`: when, and the UID of the
-    /// StorageClass it was built from (upstream's "infeasible" slow set).
-    infeasible: Option<(Instant, String)>,
     /// This process saved (or found) the claim's PV: the PV cache may not
     /// show it yet.
     pv_saved: bool,
     /// This process removed the claim's intent: a stale cached copy that still
     /// shows it needs no second request.
     intent_released: bool,
+    /// `--node-deployment`: tries this node made to take an Immediate claim,
+    /// for the growing delay of the race.
+    races: u32,
 }
 
-pub struct ClaimMemory {
-    retry_start: Duration,
-    retry_max: Duration,
-    claims: Mutex<HashMap<String, Entry>>,
-}
+pub type ClaimMemory = Memory<ClaimEntry>;
 
-impl ClaimMemory {
-    pub fn new(retry_start: Duration, retry_max: Duration) -> ClaimMemory {
-        ClaimMemory {
-            retry_start,
-            retry_max,
-            claims: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn with<T>(&self, uid: &str, f: impl FnOnce(&mut Entry) -> T) -> T {
-        let mut claims = self.claims.lock().expect("claim memory poisoned");
-        if !claims.contains_key(uid) && claims.len() >= MAX_CLAIMS {
-            claims.clear();
-        }
-        f(claims.entry(uid.to_string()).or_default())
-    }
-
-    fn read<T>(&self, uid: &str, f: impl FnOnce(&Entry) -> T) -> Option<T> {
-        self.claims
-            .lock()
-            .expect("claim memory poisoned")
-            .get(uid)
-            .map(f)
-    }
-
-    /// The claim is done (bound, nothing of ours left on it) or deleted.
-    pub fn forget(&self, uid: &str) {
-        self.claims
-            .lock()
-            .expect("claim memory poisoned")
-            .remove(uid);
-    }
-
-    pub fn len(&self) -> usize {
-        self.claims.lock().expect("claim memory poisoned").len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
+impl Memory<ClaimEntry> {
     /// Notes the start of an attempt (the first one counts).
     pub fn attempt_started(&self, uid: &str) {
         self.with(uid, |e| {
@@ -93,23 +42,6 @@ impl ClaimMemory {
         self.with(uid, |e| e.started.take().map(|t| t.elapsed()))
     }
 
-    /// Records a failure and returns how long to wait before the next try:
-    /// `--retry-interval-start · 2^failures`, capped at `--retry-interval-max`.
-    pub fn next_delay(&self, uid: &str) -> Duration {
-        self.with(uid, |e| {
-            let delay =
-                crate::controller::retry_delay(self.retry_start, self.retry_max, e.failures);
-            e.failures = e.failures.saturating_add(1);
-            delay
-        })
-    }
-
-    pub fn succeeded(&self, uid: &str) {
-        if let Some(e) = self.claims.lock().expect("poisoned").get_mut(uid) {
-            e.failures = 0;
-        }
-    }
-
     pub fn created(&self, uid: &str) -> Option<pb::Volume> {
         self.read(uid, |e| e.created.clone()).flatten()
     }
@@ -120,28 +52,6 @@ impl ClaimMemory {
 
     pub fn forget_created(&self, uid: &str) {
         self.with(uid, |e| e.created = None);
-    }
-
-    /// Marks the claim's last `CreateVolume` infeasible, for the StorageClass
-    /// with UID `class_uid`.
-    pub fn mark_infeasible(&self, uid: &str, class_uid: &str) {
-        self.with(uid, |e| {
-            e.infeasible = Some((Instant::now(), class_uid.to_string()))
-        });
-    }
-
-    /// How long an infeasible claim still waits: until `--retry-interval-max`
-    /// has passed, or at once when its StorageClass changed.
-    pub fn infeasible_wait(&self, uid: &str, class_uid: &str) -> Option<Duration> {
-        let mut claims = self.claims.lock().expect("poisoned");
-        let e = claims.get_mut(uid)?;
-        let (at, class) = e.infeasible.as_ref()?;
-        let elapsed = at.elapsed();
-        if class != class_uid || elapsed >= self.retry_max {
-            e.infeasible = None;
-            return None;
-        }
-        Some(self.retry_max - elapsed)
     }
 
     pub fn mark_pv_saved(&self, uid: &str) {
@@ -162,41 +72,48 @@ impl ClaimMemory {
     pub fn intent_released(&self, uid: &str) -> bool {
         self.read(uid, |e| e.intent_released).unwrap_or(false)
     }
+
+    /// Counts a try to take an Immediate claim for this node; returns how
+    /// many came before it.
+    pub fn next_race(&self, uid: &str) -> u32 {
+        self.with(uid, |e| {
+            let before = e.races;
+            e.races = e.races.saturating_add(1);
+            before
+        })
+    }
+
+    /// The claim was taken (by a node, maybe this one): a race for it later
+    /// (sent back by the scheduler) starts with the shortest delay.
+    pub fn reset_races(&self, uid: &str) {
+        if self.read(uid, |e| e.races).is_some_and(|n| n > 0) {
+            self.with(uid, |e| e.races = 0);
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::memory::Hold;
 
     fn memory() -> ClaimMemory {
         ClaimMemory::new(Duration::from_secs(1), Duration::from_secs(5))
     }
 
     #[test]
-    fn backoff_doubles_up_to_max_per_claim_and_resets_on_success() {
-        let m = memory();
-        let delays: Vec<u64> = (0..5).map(|_| m.next_delay("a").as_secs()).collect();
-        assert_eq!(delays, vec![1, 2, 4, 5, 5]);
-        assert_eq!(m.next_delay("b").as_secs(), 1, "claims are independent");
-        m.succeeded("a");
-        assert_eq!(m.next_delay("a").as_secs(), 1);
-        for _ in 0..100 {
-            m.next_delay("c");
-        }
-        assert_eq!(m.next_delay("c"), Duration::from_secs(5), "no overflow");
-    }
-
-    #[test]
     fn a_forgotten_claim_starts_afresh() {
         let m = memory();
-        m.next_delay("a");
-        m.next_delay("a");
+        m.failed("a", Hold::Nothing);
+        m.failed("a", Hold::Nothing);
         m.mark_pv_saved("a");
         m.mark_intent_released("a");
+        m.next_race("a");
         m.forget("a");
         assert!(m.is_empty());
         assert!(!m.pv_saved("a") && !m.intent_released("a"));
-        assert_eq!(m.next_delay("a").as_secs(), 1, "no inherited failures");
+        assert_eq!(m.failed("a", Hold::Nothing).as_secs(), 1, "no failures");
+        assert_eq!(m.next_race("a"), 0, "no races");
     }
 
     #[test]
@@ -204,26 +121,9 @@ mod tests {
         let m = memory();
         assert!(!m.pv_saved("x"));
         assert!(m.created("x").is_none());
-        assert!(m.infeasible_wait("x", "c").is_none());
+        assert!(!m.intent_released("x"));
+        m.reset_races("x");
         assert!(m.is_empty());
-    }
-
-    #[test]
-    fn infeasible_waits_until_the_class_changes() {
-        let m = memory();
-        m.mark_infeasible("a", "class-1");
-        let wait = m.infeasible_wait("a", "class-1").expect("still waiting");
-        assert!(wait <= Duration::from_secs(5) && wait > Duration::from_secs(4));
-        assert_eq!(
-            m.infeasible_wait("a", "class-2"),
-            None,
-            "a new class retries"
-        );
-        assert_eq!(
-            m.infeasible_wait("a", "class-1"),
-            None,
-            "and clears the mark"
-        );
     }
 
     #[test]
@@ -237,5 +137,14 @@ mod tests {
         assert_eq!(m.created("a").map(|v| v.volume_id), Some("h".into()));
         m.mark_pv_saved("a");
         assert!(m.created("a").is_none() && m.pv_saved("a"));
+    }
+
+    #[test]
+    fn races_count_per_claim_until_reset() {
+        let m = memory();
+        assert_eq!((m.next_race("a"), m.next_race("a")), (0, 1));
+        assert_eq!(m.next_race("b"), 0);
+        m.reset_races("a");
+        assert_eq!(m.next_race("a"), 0);
     }
 }

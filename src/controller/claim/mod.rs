@@ -23,6 +23,7 @@ mod tests;
 use std::sync::Arc;
 
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use tracing::{debug, warn};
 
@@ -32,9 +33,11 @@ pub use intent::IntentReleaser;
 pub use memory::ClaimMemory;
 
 use super::Context;
+use super::memory::Hold;
+use crate::csi::CsiErrorClass;
 use crate::kube::slim::Claim;
 use crate::provision::ClaimView;
-use decide::{Work, work_for};
+use decide::{Work, attempt, work_for};
 
 pub async fn reconcile(claim: Arc<Claim>, ctx: Arc<Context>) -> Result<Action, ClaimError> {
     let claim = &claim.0;
@@ -52,11 +55,26 @@ pub async fn reconcile(claim: Arc<Claim>, ctx: Arc<Context>) -> Result<Action, C
         }
         work => work,
     };
+    if work == Work::Nothing {
+        ctx.claims.forget(view.uid());
+        return Ok(Action::await_change());
+    }
+    // The same attempt failed a moment ago: its own writes (and the control
+    // plane's answers to them) trigger reconciles; the backoff still holds.
+    let class_uid = ctx
+        .caches
+        .classes
+        .get(&ObjectRef::new(view.class().unwrap_or_default()))
+        .and_then(|c| c.metadata.uid.clone());
+    if let Some(wait) = ctx
+        .claims
+        .begin(view.uid(), attempt(view, work, class_uid.as_deref()))
+    {
+        debug!(claim = %view.key(), ?wait, "the same attempt failed: waiting out its backoff");
+        return Ok(Action::requeue(wait));
+    }
     let action = match work {
-        Work::Nothing => {
-            ctx.claims.forget(view.uid());
-            Action::await_change()
-        }
+        Work::Nothing => Action::await_change(),
         Work::ReleaseIntent => {
             if !ctx.claims.intent_released(view.uid()) {
                 ctx.intents.request(claim);
@@ -78,10 +96,19 @@ pub async fn reconcile(claim: Arc<Claim>, ctx: Arc<Context>) -> Result<Action, C
     Ok(action)
 }
 
-/// Requeues a failed claim with per-claim exponential backoff.
+/// Requeues a failed claim with per-claim exponential backoff; the attempt
+/// that failed is held back until then. An infeasible request waits
+/// `--retry-interval-max` (or a new StorageClass).
 pub fn error_policy(claim: Arc<Claim>, err: &ClaimError, ctx: Arc<Context>) -> Action {
     let view = ClaimView(&claim.0);
-    let delay = ctx.claims.next_delay(view.uid());
+    let delay = match err {
+        ClaimError::NotLeader => ctx.claims.failed(view.uid(), Hold::Nothing),
+        ClaimError::CreateVolume {
+            class: CsiErrorClass::Infeasible,
+            ..
+        } => ctx.claims.failed_for(view.uid(), ctx.claims.retry_max()),
+        _ => ctx.claims.failed(view.uid(), Hold::Attempt),
+    };
     match err {
         ClaimError::NotLeader => debug!(claim = %view.key(), "not leader"),
         _ => {

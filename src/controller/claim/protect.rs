@@ -75,7 +75,10 @@ pub async fn release_clone_source(
         .any(|c| ClaimView(&c.0).waits_for(keys::CLAIM_KIND, view.namespace(), view.name()))
     {
         debug!(claim = %view.key(), "a clone of it is pending: keeping its protection");
-        return Ok(Action::requeue(ctx.claims.next_delay(view.uid())));
+        return Ok(Action::requeue(
+            ctx.claims
+                .failed(view.uid(), crate::controller::memory::Hold::Nothing),
+        ));
     }
     let _worker = ctx
         .clone_releases

@@ -16,12 +16,13 @@ use csi_test_driver::{Args as DriverArgs, GrpcCode};
 use http_body_util::BodyExt;
 use hyper::body::Bytes;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::runtime::controller::Action;
 use kube::runtime::{reflector, watcher};
 use serde_json::{Value, json};
 
 use super::decide::fixtures::{ClaimFixture, DRIVER, class};
 use super::{ClaimError, ClaimMemory, IntentReleaser, abandon, create};
-use crate::controller::{Backoff, Caches, Context, VolumeMemory};
+use crate::controller::{Caches, Context, VolumeMemory};
 use crate::csi::{CsiClient, DriverCapabilities};
 use crate::keys;
 use crate::kube::slim::{Claim, Pv};
@@ -130,7 +131,7 @@ fn api(script: Arc<Mutex<Script>>) -> kube::Client {
 /// A context whose API server is `script` and whose driver is a fresh test
 /// driver; returns the driver's control client too.
 struct Rig {
-    ctx: Context,
+    ctx: Arc<Context>,
     script: Arc<Mutex<Script>>,
     driver: DriverControl,
     _dir: tempfile::TempDir,
@@ -200,16 +201,13 @@ impl Rig {
             },
             claims: memory.clone(),
             intents: IntentReleaser::start(client, memory),
-            volumes: VolumeMemory {
-                backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
-                deleted: Default::default(),
-            },
+            volumes: VolumeMemory::new(Duration::from_secs(1), Duration::from_secs(300)),
             capacity: None,
             clone_releases: tokio::sync::Semaphore::new(1),
             node: None,
         };
         Rig {
-            ctx,
+            ctx: Arc::new(ctx),
             script,
             driver,
             _dir: dir,
@@ -238,6 +236,28 @@ impl Rig {
         let r = abandon::abandon(&self.ctx, claim).await.map(|_| ());
         self.ctx.recorder.flush(Duration::from_secs(5)).await;
         r
+    }
+
+    /// One reconcile as the controller runs it: on failure the error policy
+    /// decides the requeue. Returns the requeue, if any.
+    async fn reconcile(
+        &self,
+        claim: &PersistentVolumeClaim,
+    ) -> Result<Option<Duration>, ClaimError> {
+        let claim = Arc::new(Claim(claim.clone()));
+        let r = super::reconcile(claim.clone(), self.ctx.clone()).await;
+        self.ctx.recorder.flush(Duration::from_secs(5)).await;
+        match r {
+            Ok(action) => Ok(requeue_of(&action)),
+            Err(e) => {
+                super::error_policy(claim, &e, self.ctx.clone());
+                Err(e)
+            }
+        }
+    }
+
+    fn ctx_mut(&mut self) -> &mut Context {
+        Arc::get_mut(&mut self.ctx).expect("the context is not shared yet")
     }
 
     fn then(&self, steps: Vec<Step>) {
@@ -340,6 +360,26 @@ fn created_pv() -> Reply {
 
 fn claim() -> PersistentVolumeClaim {
     ClaimFixture::ours().0
+}
+
+/// A driver fault failing every call with `code`.
+fn failing(code: GrpcCode) -> Fault {
+    Fault::Error {
+        code,
+        count: u32::MAX,
+        message: None,
+    }
+}
+
+/// When `action` runs the reconcile again, read off its `Debug` (kube-runtime
+/// keeps the field private): `Action { requeue_after: Some(1.5s) }`.
+fn requeue_of(action: &Action) -> Option<Duration> {
+    let text = format!("{action:?}");
+    let value = text.split("Some(").nth(1)?.split(')').next()?;
+    let (number, scale) = [("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9), ("s", 1.0)]
+        .iter()
+        .find_map(|(unit, scale)| Some((value.strip_suffix(unit)?, *scale)))?;
+    Some(Duration::from_secs_f64(number.parse::<f64>().ok()? * scale))
 }
 
 #[tokio::test]
@@ -619,11 +659,44 @@ async fn an_infeasible_claim_waits_without_a_request() {
         )
         .await
         .unwrap();
-    assert!(rig.provision(&c).await.is_err());
+    assert!(rig.reconcile(&c).await.is_err());
     // The next attempt within --retry-interval-max sends nothing at all.
-    rig.provision(&c).await.unwrap();
+    let wait = rig.reconcile(&c).await.unwrap().expect("a requeue");
+    assert!(wait > Duration::from_secs(299), "{wait:?}");
     rig.assert_script_done();
     assert_eq!(rig.seen(), [PATCH_CLAIM]);
+}
+
+/// The updates a failed attempt causes (here: its own intent write) trigger
+/// reconciles at once; none of them calls the driver before the backoff is
+/// over. A deleted claim is other work: its cleanup goes at once.
+#[tokio::test]
+async fn a_failed_attempt_is_not_repeated_before_its_backoff() {
+    let c = claim();
+    let rig = Rig::basic(vec![(PATCH_CLAIM, answer(&c, "8"))]).await;
+    rig.driver
+        .set_fault("CreateVolume", failing(GrpcCode::Internal))
+        .await
+        .unwrap();
+    assert!(rig.reconcile(&c).await.is_err());
+    let echo = ClaimFixture::ours().intent().0;
+    for _ in 0..3 {
+        let wait = rig.reconcile(&echo).await.unwrap().expect("a requeue");
+        assert!(wait <= Duration::from_secs(1), "{wait:?}");
+    }
+    assert_eq!(rig.backend().await.1, 1, "one CreateVolume");
+    rig.assert_script_done();
+
+    // Deleted meanwhile: abandoned at once (the volume may exist: asked again
+    // by name, then nothing to delete as the driver failed every create).
+    let deleted = ClaimFixture::ours().intent().deleting().0;
+    rig.then(vec![
+        (get_pv(), Reply::Status(404)),
+        (GET_CLAIM, claim_object(&deleted)),
+    ]);
+    assert!(rig.reconcile(&deleted).await.is_err());
+    assert_eq!(rig.backend().await.1, 2, "the cleanup asked at once");
+    rig.assert_script_done();
 }
 
 #[tokio::test]
@@ -752,11 +825,11 @@ async fn in_a_node_deployment_no_room_after_an_earlier_attempt_keeps_the_claim_h
     // find that volume: it keeps the claim and retries.
     let c = ClaimFixture::ours().on_node("n1").intent().0;
     let mut rig = exhausted_rig(vec![(PATCH_CLAIM, answer(&c, "7"))]).await;
-    rig.ctx.node = Some(crate::controller::node::NodeMode {
+    rig.ctx_mut().node = Some(crate::controller::node::NodeMode {
         name: "n1".into(),
         topology: Some([("zone".to_string(), "a".to_string())].into()),
         immediate_binding: true,
-        race_delay: Backoff::new(Duration::from_secs(1), Duration::from_secs(2)),
+        max_delay: Duration::from_secs(2),
         base_delay: Duration::from_secs(1),
     });
     assert!(rig.provision(&c).await.is_err());
@@ -822,7 +895,7 @@ async fn a_missing_secret_is_shown_and_nothing_is_written() {
     let (classes, mut writer) = reflector::store();
     writer.apply_watcher_event(&watcher::Event::Apply(cls));
     let mut rig = rig;
-    rig.ctx.caches.classes = classes;
+    rig.ctx_mut().caches.classes = classes;
     c.metadata.resource_version = Some("7".into());
     let r = rig.provision(&c).await;
     assert!(matches!(r, Err(ClaimError::GetSecret { .. })), "{r:?}");
@@ -844,7 +917,7 @@ async fn an_invalid_class_is_shown_after_the_provisioning_event_and_nothing_is_w
     let (classes, mut writer) = reflector::store();
     writer.apply_watcher_event(&watcher::Event::Apply(cls));
     let mut rig = rig;
-    rig.ctx.caches.classes = classes;
+    rig.ctx_mut().caches.classes = classes;
     assert!(rig.provision(&c).await.is_err());
     rig.assert_script_done();
     assert_eq!(rig.reasons(), ["Provisioning", "ProvisioningFailed"]);
