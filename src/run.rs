@@ -134,8 +134,8 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
     );
     // One sidecar per node: what the driver says about this node, fatal on
     // error as upstream; the identity names the node too.
-    let node = match &cfg.node_deployment {
-        None => None,
+    let place = match &cfg.node_deployment {
+        None => crate::controller::node::Placement::Central,
         Some(nd) => {
             let info = csi.node_get_info().await.map_err(FatalError::NodeInfo)?;
             let topology = info
@@ -144,7 +144,7 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
             info!(node = %nd.node_name, node_id = %info.node_id, ?topology, "node deployment");
             identity.push('-');
             identity.push_str(&nd.node_name);
-            Some(crate::controller::node::NodeMode {
+            crate::controller::node::Placement::Node(crate::controller::node::NodeMode {
                 name: nd.node_name.clone(),
                 topology,
                 immediate_binding: nd.immediate_binding,
@@ -305,7 +305,7 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
         volumes: VolumeMemory::new(cfg.retry_start, cfg.retry_max),
         capacity: capacity.as_ref().map(|c| c.3.clone()),
         clone_releases: tokio::sync::Semaphore::new(cfg.cloning_protection_threads.max(1)),
-        node,
+        place,
     });
 
     let workers = controller::Config::default().concurrency(cfg.worker_threads as u16);
@@ -397,7 +397,7 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
                     gauges,
                     trigger,
                     managed_by: crate::capacity::managed_by(
-                        ctx.node.as_ref().map(|n| n.name.as_str()),
+                        ctx.place.node().map(|n| n.name.as_str()),
                     ),
                 },
                 stop.clone(),

@@ -235,7 +235,7 @@ pub async fn run(tracker: Tracker, stop: CancellationToken) {
     });
     // With `--node-deployment` the segment is this node's: no CSINode or
     // Node is watched (as upstream).
-    let central = tracker.ctx.node.is_none();
+    let central = tracker.ctx.place.node().is_none();
     let watches = async {
         let topology = async {
             if central {
@@ -297,7 +297,7 @@ async fn pass(
         .collect();
     // One sidecar per node: its one segment, from `NodeGetInfo` (upstream's
     // fixed node topology); no CSINode or Node is read.
-    let segments = match &ctx.node {
+    let segments = match ctx.place.node() {
         Some(node) => vec![node.topology.clone().unwrap_or_default()],
         None => capacity::segments(driver, &csinodes, &labels),
     };

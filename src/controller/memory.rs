@@ -50,7 +50,7 @@ struct Slot<E> {
     failures: u32,
     /// The attempt of the reconcile now running or last run.
     attempt: Option<Attempt>,
-    /// The attempt that failed last, and when it may run again.
+    /// When the attempt that failed last may run again, and that attempt.
     due: Option<(Instant, Attempt)>,
     entry: E,
 }
@@ -113,18 +113,26 @@ impl<E: Default> Memory<E> {
         self.len() == 0
     }
 
-    /// Before `attempt` is made: how long it must still wait because the same
-    /// attempt failed, or `None` to go now. The attempt is noted for
-    /// [`Memory::failed`].
-    pub fn begin(&self, uid: &str, attempt: Attempt) -> Option<Duration> {
+    /// The attempt that failed last and how long it is still held back, if
+    /// it is (reading creates nothing).
+    pub fn held(&self, uid: &str) -> Option<(Attempt, Duration)> {
         let now = Instant::now();
-        self.slot(uid, |s| {
-            s.attempt = Some(attempt);
-            match s.due {
-                Some((at, failed)) if failed == attempt && at > now => Some(at - now),
-                _ => None,
-            }
-        })
+        let objects = self.objects.lock().expect("object memory poisoned");
+        let (at, attempt) = objects.get(uid)?.due?;
+        (at > now).then(|| (attempt, at - now))
+    }
+
+    /// Notes the attempt a reconcile makes now, for [`Memory::failed`].
+    pub fn note(&self, uid: &str, attempt: Attempt) {
+        self.slot(uid, |s| s.attempt = Some(attempt));
+    }
+
+    /// Before `attempt` is made: how long it must still wait because the same
+    /// attempt failed, or `None` to go now. The attempt is noted.
+    pub fn begin(&self, uid: &str, attempt: Attempt) -> Option<Duration> {
+        let wait = still_held(self.held(uid), attempt);
+        self.note(uid, attempt);
+        wait
     }
 
     /// Records a failure of the attempt begun last; returns the wait before
@@ -149,6 +157,14 @@ impl<E: Default> Memory<E> {
         })
     }
 
+    /// Lets the held attempt go now, as if its backoff had passed.
+    #[cfg(test)]
+    pub fn expire_hold(&self, uid: &str) {
+        if let Some(s) = self.objects.lock().expect("poisoned").get_mut(uid) {
+            s.due = None;
+        }
+    }
+
     /// The attempt succeeded: the next failure starts the backoff afresh.
     pub fn succeeded(&self, uid: &str) {
         if let Some(s) = self
@@ -161,6 +177,11 @@ impl<E: Default> Memory<E> {
             s.due = None;
         }
     }
+}
+
+/// How long `attempt` still waits, given what [`Memory::held`] says.
+pub fn still_held(held: Option<(Attempt, Duration)>, attempt: Attempt) -> Option<Duration> {
+    held.and_then(|(failed, wait)| (failed == attempt).then_some(wait))
 }
 
 fn hold_back<E>(s: &mut Slot<E>, hold: Hold, delay: Duration) {

@@ -7,12 +7,12 @@
 //! — per-object exponential backoff that the object's own updates do not cut
 //! short — lives in [`memory`].
 
+pub mod backend;
 pub mod capacity;
 pub mod claim;
 pub mod memory;
 pub mod node;
 pub mod snapshot_sweep;
-mod topology;
 pub mod volume;
 
 use std::collections::HashMap;
@@ -56,8 +56,8 @@ pub struct Context {
     /// protection run at once (the workers of upstream's cloning-protection
     /// controller; here the claim workers do the work, this bounds it).
     pub clone_releases: tokio::sync::Semaphore,
-    /// `--node-deployment`: this replica's node; `None`: central deployment.
-    pub node: Option<node::NodeMode>,
+    /// Where this replica runs: centrally, or one per node (`--node-deployment`).
+    pub place: node::Placement,
 }
 
 /// The reflector caches: for finding work, never for deciding an

@@ -47,6 +47,51 @@ pub struct NodeMode {
     pub max_delay: Duration,
 }
 
+/// Where this replica runs: beside a driver that serves the whole cluster,
+/// or as one sidecar per node (`--node-deployment`). The one place that
+/// answers "is this claim mine", "may I delete this PV" and "which topology
+/// segment am I".
+pub enum Placement {
+    Central,
+    Node(NodeMode),
+}
+
+impl Placement {
+    pub fn node(&self) -> Option<&NodeMode> {
+        match self {
+            Placement::Central => None,
+            Placement::Node(n) => Some(n),
+        }
+    }
+
+    /// Whether a claim that needs a volume is this replica's to provision
+    /// now (centrally: always; one per node: see [`node_gate`]).
+    pub fn claim(&self, claim: ClaimView, class: &StorageClass) -> NodeGate {
+        match self {
+            Placement::Central => NodeGate::ThisNode,
+            Placement::Node(n) => node_gate(claim, class, n),
+        }
+    }
+
+    /// Whether this replica cleans up after a claim that holds our intent:
+    /// with one sidecar per node, its volume is on the node it was made for.
+    pub fn cleans_up(&self, claim: ClaimView) -> bool {
+        match self {
+            Placement::Central => true,
+            Placement::Node(n) => claim.selected_node() == Some(n.name.as_str()),
+        }
+    }
+
+    /// Whether this replica may delete a PV's volume: one made on another
+    /// node is that node's to delete.
+    pub fn may_delete(&self, affinity: Option<&VolumeNodeAffinity>) -> bool {
+        match self {
+            Placement::Central => true,
+            Placement::Node(n) => accessible(affinity, n.topology.as_ref()),
+        }
+    }
+}
+
 /// Whose claim it is, in node-deployment mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeGate {

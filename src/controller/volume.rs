@@ -4,7 +4,6 @@
 //! object is being deleted: the finalizer holds it until the claim lets go.
 //! upstream: lib controller.go syncVolume, shouldDelete, deleteVolumeOperation.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -15,8 +14,9 @@ use kube::runtime::watcher;
 use tonic::Status;
 use tracing::{debug, info, warn};
 
+use super::backend::{self, DeleteError};
 use super::memory::{Attempt, Hold};
-use super::{Context, VolumeMemory, node};
+use super::{Context, VolumeMemory};
 use crate::keys;
 use crate::kube::slim::Pv;
 use crate::kube::{
@@ -129,12 +129,9 @@ pub async fn reconcile(pv: Arc<Pv>, ctx: Arc<Context>) -> Result<Action, VolumeE
         Work::Delete if ctx.volumes.read(&uid, |e| e.deleted) == Some(true) => {}
         // One sidecar per node: a PV made on another node is that node's to delete.
         Work::Delete
-            if ctx.node.as_ref().is_some_and(|n| {
-                !node::accessible(
-                    pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()),
-                    n.topology.as_ref(),
-                )
-            }) =>
+            if !ctx
+                .place
+                .may_delete(pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref())) =>
         {
             debug!(pv = %pv.name_any(), "not provisioned on this node");
         }
@@ -144,10 +141,25 @@ pub async fn reconcile(pv: Arc<Pv>, ctx: Arc<Context>) -> Result<Action, VolumeE
     Ok(Action::await_change())
 }
 
-/// Requeues a failed PV with per-PV exponential backoff; the work that
-/// failed is held back until then.
+/// Every failure a reconcile returns lands here: a failed deletion is shown
+/// on the PV (a `VolumeFailedDelete` Warning, the failure metric) and the PV
+/// is requeued with its backoff, the failed work held back until then.
 pub fn error_policy(pv: Arc<Pv>, err: &VolumeError, ctx: Arc<Context>) -> Action {
     let uid = pv.uid().unwrap_or_default();
+    if let VolumeError::DeleteVolume(_) | VolumeError::Invalid(_) = err {
+        if let VolumeError::DeleteVolume(_) = err {
+            ctx.metrics
+                .delete_failed_total
+                .get_or_create(&labels(&pv))
+                .inc();
+        }
+        ctx.recorder.record(
+            pv.as_ref(),
+            EventType::Warning,
+            "VolumeFailedDelete",
+            &err.to_string(),
+        );
+    }
     let hold = match err {
         VolumeError::NotLeader => Hold::Nothing,
         _ => Hold::Attempt,
@@ -186,55 +198,23 @@ async fn delete(ctx: &Context, cached: &Pv) -> Result<(), VolumeError> {
     // left as it is (not made Terminating with nothing to delete), as upstream.
     let handle = match volume_handle(cached) {
         Some(Ok(handle)) => handle,
-        other => {
-            let err = VolumeError::Invalid(match other {
-                Some(Err(e)) => e,
-                _ => "invalid CSI PV".into(),
-            });
-            ctx.recorder.record(
-                cached,
-                EventType::Warning,
-                "VolumeFailedDelete",
-                &err.to_string(),
-            );
-            return Err(err);
-        }
+        Some(Err(e)) => return Err(VolumeError::Invalid(e)),
+        None => return Err(VolumeError::Invalid("invalid CSI PV".into())),
     };
     let Some(pv) = confirm_delete(ctx, cached).await? else {
         debug!(pv = %cached.name_any(), "no longer to be deleted");
         return Ok(());
     };
     let started = Instant::now();
-    let secrets = deletion_secrets(ctx, &pv).await;
-    if !ctx.leader.is_leader() {
-        return Err(VolumeError::NotLeader);
-    }
     // An in-tree PV (its handle translated) is a migrated volume: its call is
     // labelled `migrated="true"`, as upstream.
     let migrated = pv.spec.as_ref().is_some_and(|s| s.csi.is_none());
-    // Already gone on the backend (`NotFound`) is what we wanted.
-    match ctx
-        .csi
-        .for_migrated(migrated)
-        .delete_volume(&handle, secrets)
+    backend::delete_volume(ctx, &handle, deletion_secret(ctx, &pv).as_ref(), migrated)
         .await
-    {
-        Ok(()) => {}
-        Err(s) => {
-            let err = VolumeError::DeleteVolume(s);
-            ctx.metrics
-                .delete_failed_total
-                .get_or_create(&labels(&pv))
-                .inc();
-            ctx.recorder.record(
-                &pv,
-                EventType::Warning,
-                "VolumeFailedDelete",
-                &err.to_string(),
-            );
-            return Err(err);
-        }
-    }
+        .map_err(|e| match e {
+            DeleteError::NotLeader => VolumeError::NotLeader,
+            DeleteError::DeleteVolume(status) => VolumeError::DeleteVolume(status),
+        })?;
     if pv.metadata.deletion_timestamp.is_some() {
         // Deleted already (by `confirm_delete` or someone else): only our
         // finalizer is left to drop.
@@ -366,30 +346,24 @@ fn preconditions(pv: &Pv, exact: bool) -> DeleteParams {
     }
 }
 
-/// The provisioner secret recorded on the PV at provisioning time. A secret
-/// that cannot be read is logged and deletion goes on without it (upstream).
-async fn deletion_secrets(ctx: &Context, pv: &Pv) -> HashMap<String, String> {
+/// The provisioner secret recorded on the PV at provisioning time (read by
+/// the backend, which deletes without it if it cannot be read, as upstream).
+fn deletion_secret(ctx: &Context, pv: &Pv) -> Option<SecretRef> {
     let ann = pv.annotations();
-    let r = match (
+    match (
         ann.get(keys::ANN_DELETION_SECRET_NAME),
         ann.get(keys::ANN_DELETION_SECRET_NAMESPACE),
     ) {
-        (Some(name), Some(namespace)) if !name.is_empty() && !namespace.is_empty() => SecretRef {
-            name: name.clone(),
-            namespace: namespace.clone(),
-        },
-        (Some(_), Some(_)) => return HashMap::new(),
+        (Some(name), Some(namespace)) if !name.is_empty() && !namespace.is_empty() => {
+            Some(SecretRef {
+                name: name.clone(),
+                namespace: namespace.clone(),
+            })
+        }
+        (Some(_), Some(_)) => None,
         // PVs from before the annotations existed: resolve from the class.
-        _ => match secret_from_class(ctx, pv) {
-            Some(r) => r,
-            None => return HashMap::new(),
-        },
-    };
-    ctx.secret_data(&r).await.unwrap_or_else(|e| {
-        let secret = format!("{}/{}", r.namespace, r.name);
-        warn!(pv = %pv.name_any(), %secret, error = %e, "deleting without the provisioner secret");
-        HashMap::new()
-    })
+        _ => secret_from_class(ctx, pv),
+    }
 }
 
 /// The provisioner secret as the PV's (current) StorageClass names it, for PVs

@@ -174,6 +174,15 @@ impl<'a> ClaimView<'a> {
             .filter(|n| !n.is_empty())
     }
 
+    /// The access modes the claim asks for.
+    pub fn access_modes(&self) -> Vec<String> {
+        self.0
+            .spec
+            .as_ref()
+            .and_then(|s| s.access_modes.clone())
+            .unwrap_or_default()
+    }
+
     /// The PV the claim is bound to, if any.
     pub fn volume_name(&self) -> Option<&'a str> {
         self.0

@@ -17,7 +17,7 @@ pub mod topology;
 pub use claim::{ClaimView, DataSource};
 pub use naming::{UidInName, uid_in_name, volume_name};
 pub use pv::build_pv;
-pub use request::{PreparedVolume, prepare};
+pub use request::{Gathered, Plan, plan};
 pub use secrets::{SecretKind, SecretRef};
 
 use crate::csi::DriverCapabilities;

@@ -13,14 +13,12 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::{
-    ClaimView, DriverInfo, PreparedVolume, ProvisionError, ProvisionOptions, SecretKind, quantity,
-};
+use super::{ClaimView, DriverInfo, Plan, ProvisionError, ProvisionOptions, SecretKind, quantity};
 use crate::csi::pb;
 use crate::keys;
 
 pub fn build_pv(
-    prepared: &PreparedVolume,
+    plan: &Plan,
     claim: &PersistentVolumeClaim,
     class: &StorageClass,
     response: &pb::CreateVolumeResponse,
@@ -32,74 +30,15 @@ pub fn build_pv(
         .as_ref()
         .filter(|v| !v.volume_id.is_empty())
         .ok_or(ProvisionError::EmptyVolumeId)?;
-    // A driver that reports 0 gave us what we asked for.
-    let bytes = if volume.capacity_bytes == 0 {
-        prepared.requested_bytes
-    } else {
-        volume.capacity_bytes
-    };
-    if bytes < prepared.requested_bytes {
-        return Err(ProvisionError::VolumeTooSmall {
-            got: bytes,
-            want: prepared.requested_bytes,
-        });
-    }
-    // Made from a snapshot or a claim: the driver must say so (upstream).
-    let from_source = prepared.snapshot.is_some() || prepared.clone.is_some();
-    if from_source && volume.content_source.is_none() {
-        return Err(ProvisionError::ContentSourceMissing);
-    }
-    let spec = claim.spec.clone().unwrap_or_default();
-    let access_modes = spec.access_modes.clone().unwrap_or_default();
-
-    let mut attributes: BTreeMap<String, String> = volume
-        .volume_context
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    attributes.insert(
-        keys::ATTR_PROVISIONER_IDENTITY.into(),
-        driver.identity.clone(),
-    );
-
-    let secret = |kind| {
-        prepared
-            .secret_refs
-            .get(&kind)
-            .map(|r: &super::SecretRef| SecretReference {
-                name: Some(r.name.clone()),
-                namespace: Some(r.namespace.clone()),
-            })
-    };
+    let bytes = checked_capacity(plan, volume)?;
+    let access_modes = ClaimView(claim).access_modes();
     let read_only = opts.controller_publish_readonly
         && access_modes.len() == 1
         && access_modes[0] == "ReadOnlyMany";
-
-    let mut annotations = BTreeMap::new();
-    annotations.insert(
-        keys::ANN_PROVISIONED_BY.to_string(),
-        class.provisioner.clone(),
-    );
-    // Always written (empty when the class names no provisioner secret), so
-    // deletion never has to consult a StorageClass that may be gone.
-    let (del_name, del_ns) = prepared
-        .provisioner_secret()
-        .map(|r| (r.name.clone(), r.namespace.clone()))
-        .unwrap_or_default();
-    annotations.insert(keys::ANN_DELETION_SECRET_NAME.into(), del_name);
-    annotations.insert(keys::ANN_DELETION_SECRET_NAMESPACE.into(), del_ns);
-    if let Some(r) = prepared.secret_refs.get(&SecretKind::ControllerModify) {
-        annotations.insert(keys::ANN_MODIFY_SECRET_NAME.into(), r.name.clone());
-        annotations.insert(
-            keys::ANN_MODIFY_SECRET_NAMESPACE.into(),
-            r.namespace.clone(),
-        );
-    }
-
     Ok(PersistentVolume {
         metadata: ObjectMeta {
-            name: Some(prepared.pv_name.clone()),
-            annotations: Some(annotations),
+            name: Some(plan.pv_name.clone()),
+            annotations: Some(annotations(plan, class)),
             finalizers: Some(vec![keys::FINALIZER_PV.to_string()]),
             ..Default::default()
         },
@@ -121,18 +60,7 @@ pub fn build_pv(
                 resource_version: claim.metadata.resource_version.clone(),
                 ..Default::default()
             }),
-            csi: Some(CSIPersistentVolumeSource {
-                driver: driver.name.clone(),
-                volume_handle: volume.volume_id.clone(),
-                fs_type: (!prepared.fs_type.is_empty()).then(|| prepared.fs_type.clone()),
-                volume_attributes: Some(attributes),
-                read_only: read_only.then_some(true),
-                controller_publish_secret_ref: secret(SecretKind::ControllerPublish),
-                node_stage_secret_ref: secret(SecretKind::NodeStage),
-                node_publish_secret_ref: secret(SecretKind::NodePublish),
-                controller_expand_secret_ref: secret(SecretKind::ControllerExpand),
-                node_expand_secret_ref: secret(SecretKind::NodeExpand),
-            }),
+            csi: Some(csi_source(plan, volume, driver, read_only)),
             persistent_volume_reclaim_policy: Some(
                 class
                     .reclaim_policy
@@ -140,14 +68,7 @@ pub fn build_pv(
                     .unwrap_or_else(|| "Delete".into()),
             ),
             storage_class_name: ClaimView(claim).class().map(str::to_string),
-            volume_mode: Some(
-                if prepared.block {
-                    "Block"
-                } else {
-                    "Filesystem"
-                }
-                .to_string(),
-            ),
+            volume_mode: Some(if plan.block { "Block" } else { "Filesystem" }.to_string()),
             mount_options: class.mount_options.clone().filter(|m| !m.is_empty()),
             node_affinity: node_affinity(&volume.accessible_topology),
             volume_attributes_class_name: ClaimView(claim).vac_name(opts).map(str::to_string),
@@ -155,6 +76,92 @@ pub fn build_pv(
         }),
         ..Default::default()
     })
+}
+
+/// The size the PV records: what the driver reports (0: what was asked).
+/// A volume smaller than asked, or one made from a source without the driver
+/// saying so, breaks the driver's contract (upstream refuses both).
+fn checked_capacity(plan: &Plan, volume: &pb::Volume) -> Result<i64, ProvisionError> {
+    let bytes = if volume.capacity_bytes == 0 {
+        plan.requested_bytes
+    } else {
+        volume.capacity_bytes
+    };
+    if bytes < plan.requested_bytes {
+        return Err(ProvisionError::VolumeTooSmall {
+            got: bytes,
+            want: plan.requested_bytes,
+        });
+    }
+    let from_source = plan.snapshot.is_some() || plan.clone.is_some();
+    if from_source && volume.content_source.is_none() {
+        return Err(ProvisionError::ContentSourceMissing);
+    }
+    Ok(bytes)
+}
+
+/// Who provisioned the PV, and the secrets deletion and modification need.
+fn annotations(plan: &Plan, class: &StorageClass) -> BTreeMap<String, String> {
+    let mut annotations = BTreeMap::new();
+    annotations.insert(
+        keys::ANN_PROVISIONED_BY.to_string(),
+        class.provisioner.clone(),
+    );
+    // Always written (empty when the class names no provisioner secret), so
+    // deletion never has to consult a StorageClass that may be gone.
+    let (del_name, del_ns) = plan
+        .provisioner_secret()
+        .map(|r| (r.name.clone(), r.namespace.clone()))
+        .unwrap_or_default();
+    annotations.insert(keys::ANN_DELETION_SECRET_NAME.into(), del_name);
+    annotations.insert(keys::ANN_DELETION_SECRET_NAMESPACE.into(), del_ns);
+    if let Some(r) = plan.secret_refs.get(&SecretKind::ControllerModify) {
+        annotations.insert(keys::ANN_MODIFY_SECRET_NAME.into(), r.name.clone());
+        annotations.insert(
+            keys::ANN_MODIFY_SECRET_NAMESPACE.into(),
+            r.namespace.clone(),
+        );
+    }
+    annotations
+}
+
+/// The PV's CSI source: the driver's volume, its context with our identity,
+/// the fsType and the secret references of the other sidecars.
+fn csi_source(
+    plan: &Plan,
+    volume: &pb::Volume,
+    driver: &DriverInfo,
+    read_only: bool,
+) -> CSIPersistentVolumeSource {
+    let mut attributes: BTreeMap<String, String> = volume
+        .volume_context
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    attributes.insert(
+        keys::ATTR_PROVISIONER_IDENTITY.into(),
+        driver.identity.clone(),
+    );
+    let secret = |kind| {
+        plan.secret_refs
+            .get(&kind)
+            .map(|r: &super::SecretRef| SecretReference {
+                name: Some(r.name.clone()),
+                namespace: Some(r.namespace.clone()),
+            })
+    };
+    CSIPersistentVolumeSource {
+        driver: driver.name.clone(),
+        volume_handle: volume.volume_id.clone(),
+        fs_type: (!plan.fs_type.is_empty()).then(|| plan.fs_type.clone()),
+        volume_attributes: Some(attributes),
+        read_only: read_only.then_some(true),
+        controller_publish_secret_ref: secret(SecretKind::ControllerPublish),
+        node_stage_secret_ref: secret(SecretKind::NodeStage),
+        node_publish_secret_ref: secret(SecretKind::NodePublish),
+        controller_expand_secret_ref: secret(SecretKind::ControllerExpand),
+        node_expand_secret_ref: secret(SecretKind::NodeExpand),
+    }
 }
 
 /// One required node-selector term per accessible topology segment.
@@ -189,7 +196,7 @@ fn node_affinity(topologies: &[pb::Topology]) -> Option<VolumeNodeAffinity> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provision::prepare;
+    use crate::provision::plan;
     use crate::provision::request::tests::{claim, class, driver};
 
     fn response(id: &str, bytes: i64) -> pb::CreateVolumeResponse {
@@ -216,9 +223,9 @@ mod tests {
             ("csi.storage.k8s.io/node-publish-secret-namespace", "ns"),
         ]);
         let c = claim();
-        let prepared = prepare(&c, &sc, &driver(), &Default::default()).unwrap();
+        let p = plan(&c, &sc, &driver(), &Default::default()).unwrap();
         let pv = build_pv(
-            &prepared,
+            &p,
             &c,
             &sc,
             &response("vol-1", 2 << 30),
@@ -226,7 +233,7 @@ mod tests {
             &Default::default(),
         )
         .unwrap();
-        assert_eq!(pv.metadata.name.as_deref(), Some(prepared.pv_name.as_str()));
+        assert_eq!(pv.metadata.name.as_deref(), Some(p.pv_name.as_str()));
         let ann = pv.metadata.annotations.as_ref().unwrap();
         assert_eq!(ann[keys::ANN_PROVISIONED_BY], "test.csi.example.com");
         assert_eq!(ann[keys::ANN_DELETION_SECRET_NAME], "p");
@@ -273,9 +280,9 @@ mod tests {
     #[test]
     fn zero_capacity_means_requested_and_smaller_is_an_error() {
         let (c, sc) = (claim(), class(&[]));
-        let prepared = prepare(&c, &sc, &driver(), &Default::default()).unwrap();
+        let p = plan(&c, &sc, &driver(), &Default::default()).unwrap();
         let pv = build_pv(
-            &prepared,
+            &p,
             &c,
             &sc,
             &response("v", 0),
@@ -285,7 +292,7 @@ mod tests {
         .unwrap();
         assert_eq!(pv.spec.unwrap().capacity.unwrap()["storage"].0, "1Gi");
         let err = build_pv(
-            &prepared,
+            &p,
             &c,
             &sc,
             &response("v", 1 << 20),
@@ -301,7 +308,7 @@ mod tests {
             }
         );
         let err = build_pv(
-            &prepared,
+            &p,
             &c,
             &sc,
             &response("", 0),
@@ -311,7 +318,7 @@ mod tests {
         .unwrap_err();
         assert_eq!(err, ProvisionError::EmptyVolumeId);
         let ann = build_pv(
-            &prepared,
+            &p,
             &c,
             &sc,
             &response("v", 0),
@@ -332,13 +339,13 @@ mod tests {
     #[test]
     fn a_volume_made_from_a_source_must_say_so() {
         let (c, sc) = (claim(), class(&[]));
-        let mut prepared = prepare(&c, &sc, &driver(), &Default::default()).unwrap();
-        prepared.snapshot = Some(crate::provision::snapshot::SnapshotSource {
+        let mut p = plan(&c, &sc, &driver(), &Default::default()).unwrap();
+        p.snapshot = Some(crate::provision::snapshot::SnapshotSource {
             namespace: "team-a".into(),
             name: "snap".into(),
         });
         let without = build_pv(
-            &prepared,
+            &p,
             &c,
             &sc,
             &response("v", 0),
@@ -349,7 +356,7 @@ mod tests {
         let mut with = response("v", 0);
         with.volume.as_mut().unwrap().content_source =
             Some(crate::provision::snapshot::from_handle("snap-1".into()));
-        assert!(build_pv(&prepared, &c, &sc, &with, &driver(), &Default::default()).is_ok());
+        assert!(build_pv(&p, &c, &sc, &with, &driver(), &Default::default()).is_ok());
     }
 
     #[test]
@@ -361,19 +368,11 @@ mod tests {
         let sc = class(&[]);
         let mut c = claim();
         c.spec.as_mut().unwrap().access_modes = Some(vec!["ReadOnlyMany".into()]);
-        let prepared = prepare(&c, &sc, &driver(), &opts).unwrap();
-        let pv = build_pv(&prepared, &c, &sc, &response("v", 0), &driver(), &opts).unwrap();
+        let p = plan(&c, &sc, &driver(), &opts).unwrap();
+        let pv = build_pv(&p, &c, &sc, &response("v", 0), &driver(), &opts).unwrap();
         assert_eq!(pv.spec.unwrap().csi.unwrap().read_only, Some(true));
-        let prepared = prepare(&claim(), &sc, &driver(), &opts).unwrap();
-        let pv = build_pv(
-            &prepared,
-            &claim(),
-            &sc,
-            &response("v", 0),
-            &driver(),
-            &opts,
-        )
-        .unwrap();
+        let p = plan(&claim(), &sc, &driver(), &opts).unwrap();
+        let pv = build_pv(&p, &claim(), &sc, &response("v", 0), &driver(), &opts).unwrap();
         assert_eq!(pv.spec.unwrap().csi.unwrap().read_only, None);
     }
 
@@ -385,8 +384,8 @@ mod tests {
         let mut d = driver();
         d.capabilities.modify_volume = true;
         let on = ProvisionOptions::default();
-        let prepared = prepare(&c, &sc, &d, &on).unwrap();
-        let pv = build_pv(&prepared, &c, &sc, &response("v", 0), &d, &on).unwrap();
+        let p = plan(&c, &sc, &d, &on).unwrap();
+        let pv = build_pv(&p, &c, &sc, &response("v", 0), &d, &on).unwrap();
         assert_eq!(
             pv.spec.unwrap().volume_attributes_class_name.as_deref(),
             Some("gold")
@@ -395,9 +394,9 @@ mod tests {
             volume_attributes_class: false,
             ..Default::default()
         };
-        let pv = build_pv(&prepared, &c, &sc, &response("v", 0), &d, &off).unwrap();
+        let pv = build_pv(&p, &c, &sc, &response("v", 0), &d, &off).unwrap();
         assert_eq!(pv.spec.unwrap().volume_attributes_class_name, None);
-        let pv = build_pv(&prepared, &claim(), &sc, &response("v", 0), &d, &on).unwrap();
+        let pv = build_pv(&p, &claim(), &sc, &response("v", 0), &d, &on).unwrap();
         assert_eq!(pv.spec.unwrap().volume_attributes_class_name, None);
     }
 }

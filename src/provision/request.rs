@@ -13,13 +13,16 @@ use super::{ClaimView, DriverInfo, ProvisionError, ProvisionOptions, quantity, v
 use crate::csi::pb;
 use crate::keys;
 
-/// Everything decided before `CreateVolume`, kept to build the PV afterwards.
+/// What the claim and its class alone decide about a volume: its name, what
+/// the request says of them, which secrets and which source it needs. The
+/// controller gathers the rest ([`Gathered`]) and the request is then built
+/// once, complete ([`Plan::request`]); the plan is kept to build the PV.
 #[derive(Clone, Debug)]
-pub struct PreparedVolume {
+pub struct Plan {
     pub pv_name: String,
-    /// The request without secret data; the controller fills `secrets` from
-    /// `secret_refs[Provisioner]` just before the call.
-    pub request: pb::CreateVolumeRequest,
+    /// The parts of the request the claim and class decide (name, capacity,
+    /// capabilities, parameters); never sent as it is.
+    base: pb::CreateVolumeRequest,
     pub secret_refs: BTreeMap<SecretKind, SecretRef>,
     /// fsType for the PV (empty for block volumes).
     pub fs_type: String,
@@ -32,9 +35,37 @@ pub struct PreparedVolume {
     pub clone: Option<CloneSource>,
 }
 
-impl PreparedVolume {
+/// What a request needs besides the claim and its class, read by the
+/// controller from the API server: the source's handle, the
+/// VolumeAttributesClass's parameters, the topology, the secret's data.
+#[derive(Clone, Debug, Default)]
+pub struct Gathered {
+    pub content_source: Option<pb::VolumeContentSource>,
+    pub mutable_parameters: std::collections::HashMap<String, String>,
+    pub accessibility_requirements: Option<pb::TopologyRequirement>,
+    pub secrets: std::collections::HashMap<String, String>,
+}
+
+impl Plan {
     pub fn provisioner_secret(&self) -> Option<&SecretRef> {
         self.secret_refs.get(&SecretKind::Provisioner)
+    }
+
+    /// The `CreateVolume` request, complete: the plan and what was gathered.
+    pub fn request(&self, gathered: Gathered) -> pb::CreateVolumeRequest {
+        let Gathered {
+            content_source,
+            mutable_parameters,
+            accessibility_requirements,
+            secrets,
+        } = gathered;
+        pb::CreateVolumeRequest {
+            volume_content_source: content_source,
+            mutable_parameters,
+            accessibility_requirements,
+            secrets,
+            ..self.base.clone()
+        }
     }
 }
 
@@ -89,34 +120,16 @@ const ALL_SECRET_KINDS: [SecretKind; 7] = [
     SecretKind::ControllerModify,
 ];
 
-pub fn prepare(
+/// The plan of a claim's volume, or why the claim cannot have one as asked
+/// (checked in upstream's order, so the first reason given is upstream's).
+pub fn plan(
     claim: &PersistentVolumeClaim,
     class: &StorageClass,
     driver: &DriverInfo,
     opts: &ProvisionOptions,
-) -> Result<PreparedVolume, ProvisionError> {
+) -> Result<Plan, ProvisionError> {
     let view = ClaimView(claim);
-    let (snapshot, clone) = match data_source(view, opts)? {
-        None => (None, None),
-        Some(Source::Snapshot(s)) => (Some(s), None),
-        Some(Source::Clone(c)) => (None, Some(c)),
-    };
-    if !driver.capabilities.controller_service {
-        return Err(ProvisionError::ProvisioningNotSupported {
-            missing: "plugin CONTROLLER_SERVICE",
-        });
-    }
-    if !driver.capabilities.create_delete_volume {
-        return Err(ProvisionError::ProvisioningNotSupported {
-            missing: "controller CREATE_DELETE_VOLUME",
-        });
-    }
-    if snapshot.is_some() && !driver.capabilities.create_delete_snapshot {
-        return Err(ProvisionError::SnapshotRestoreNotSupported);
-    }
-    if clone.is_some() && !driver.capabilities.clone_volume {
-        return Err(ProvisionError::CloneNotSupported);
-    }
+    let (snapshot, clone) = source_the_driver_can_use(view, driver, opts)?;
     let pv_name = volume_name(
         &opts.volume_name_prefix,
         view.uid(),
@@ -131,8 +144,100 @@ pub fn prepare(
     if view.vac_name(opts).is_some() && !driver.capabilities.modify_volume {
         return Err(ProvisionError::VolumeAttributesClassNotSupported);
     }
-
     let params = class.parameters.clone().unwrap_or_default();
+    let fs_type_param = checked_fs_type(&params)?;
+    let inputs = TemplateInputs {
+        pv_name: &pv_name,
+        pvc_name: view.name(),
+        pvc_namespace: view.namespace(),
+        pvc_annotations: view.annotations(),
+    };
+    let mut secret_refs = BTreeMap::new();
+    for kind in ALL_SECRET_KINDS {
+        if let Some(r) = secrets::resolve(kind, &params, &inputs)? {
+            secret_refs.insert(kind, r);
+        }
+    }
+    let block = match spec.volume_mode.as_deref() {
+        None | Some("Filesystem") => false,
+        Some("Block") => true,
+        Some(other) => return Err(ProvisionError::UnknownVolumeMode(other.to_string())),
+    };
+    let fs_type = match (block, fs_type_param) {
+        (true, _) => String::new(),
+        (false, Some(t)) => t,
+        (false, None) => opts.default_fstype.clone(),
+    };
+    let volume_capabilities = capabilities(
+        &spec.access_modes.clone().unwrap_or_default(),
+        block,
+        &fs_type,
+        class,
+        driver,
+    )?;
+    let requested_bytes = match view.requested_storage() {
+        Some(q) => {
+            quantity::parse_bytes(q).ok_or_else(|| ProvisionError::BadStorageRequest(q.into()))?
+        }
+        None => return Err(ProvisionError::BadStorageRequest(String::new())),
+    };
+    let base = pb::CreateVolumeRequest {
+        name: pv_name.clone(),
+        capacity_range: Some(pb::CapacityRange {
+            required_bytes: requested_bytes,
+            limit_bytes: 0,
+        }),
+        volume_capabilities,
+        parameters: driver_parameters(params, view, &pv_name, opts),
+        ..Default::default()
+    };
+    Ok(Plan {
+        pv_name,
+        base,
+        secret_refs,
+        fs_type,
+        requested_bytes,
+        block,
+        snapshot,
+        clone,
+    })
+}
+
+/// The claim's data source, if the provisioner fills it and the driver can:
+/// first what the claim asks, then whether the driver provisions at all.
+fn source_the_driver_can_use(
+    view: ClaimView,
+    driver: &DriverInfo,
+    opts: &ProvisionOptions,
+) -> Result<(Option<SnapshotSource>, Option<CloneSource>), ProvisionError> {
+    let (snapshot, clone) = match data_source(view, opts)? {
+        None => (None, None),
+        Some(Source::Snapshot(s)) => (Some(s), None),
+        Some(Source::Clone(c)) => (None, Some(c)),
+    };
+    let caps = &driver.capabilities;
+    if !caps.controller_service {
+        return Err(ProvisionError::ProvisioningNotSupported {
+            missing: "plugin CONTROLLER_SERVICE",
+        });
+    }
+    if !caps.create_delete_volume {
+        return Err(ProvisionError::ProvisioningNotSupported {
+            missing: "controller CREATE_DELETE_VOLUME",
+        });
+    }
+    if snapshot.is_some() && !caps.create_delete_snapshot {
+        return Err(ProvisionError::SnapshotRestoreNotSupported);
+    }
+    if clone.is_some() && !caps.clone_volume {
+        return Err(ProvisionError::CloneNotSupported);
+    }
+    Ok((snapshot, clone))
+}
+
+/// The class's fsType (the new key or the deprecated one, not both), after
+/// refusing reserved keys the sidecar does not know.
+fn checked_fs_type(params: &BTreeMap<String, String>) -> Result<Option<String>, ProvisionError> {
     let fs_type_new = params.get(keys::PARAM_FSTYPE);
     let fs_type_legacy = params
         .iter()
@@ -147,92 +252,58 @@ pub fn prepare(
     {
         return Err(ProvisionError::UnknownReservedParameter { key: key.clone() });
     }
+    Ok(fs_type_new.or(fs_type_legacy).cloned())
+}
 
-    let (name, namespace) = (view.name(), view.namespace());
-    let inputs = TemplateInputs {
-        pv_name: &pv_name,
-        pvc_name: name,
-        pvc_namespace: namespace,
-        pvc_annotations: view.annotations(),
-    };
-    let mut secret_refs = BTreeMap::new();
-    for kind in ALL_SECRET_KINDS {
-        if let Some(r) = secrets::resolve(kind, &params, &inputs)? {
-            secret_refs.insert(kind, r);
-        }
-    }
-
-    let block = match spec.volume_mode.as_deref() {
-        None | Some("Filesystem") => false,
-        Some("Block") => true,
-        Some(other) => return Err(ProvisionError::UnknownVolumeMode(other.to_string())),
-    };
-    let fs_type = if block {
-        String::new()
-    } else {
-        fs_type_new
-            .or(fs_type_legacy)
-            .cloned()
-            .unwrap_or_else(|| opts.default_fstype.clone())
-    };
-    let mount_flags = class.mount_options.clone().unwrap_or_default();
+/// One volume capability per access mode: block, or mounted with the fsType
+/// and the class's mount options.
+fn capabilities(
+    modes: &[String],
+    block: bool,
+    fs_type: &str,
+    class: &StorageClass,
+    driver: &DriverInfo,
+) -> Result<Vec<pb::VolumeCapability>, ProvisionError> {
     let access_type = if block {
         pb::volume_capability::AccessType::Block(pb::volume_capability::BlockVolume {})
     } else {
         pb::volume_capability::AccessType::Mount(pb::volume_capability::MountVolume {
-            fs_type: fs_type.clone(),
-            mount_flags,
+            fs_type: fs_type.to_string(),
+            mount_flags: class.mount_options.clone().unwrap_or_default(),
             ..Default::default()
         })
     };
-    let modes = spec.access_modes.clone().unwrap_or_default();
-    let volume_capabilities = access_modes(&modes, driver.capabilities.single_node_multi_writer)?
-        .into_iter()
-        .map(|mode| pb::VolumeCapability {
-            access_type: Some(access_type.clone()),
-            access_mode: Some(pb::volume_capability::AccessMode { mode: mode as i32 }),
-        })
-        .collect();
+    Ok(
+        access_modes(modes, driver.capabilities.single_node_multi_writer)?
+            .into_iter()
+            .map(|mode| pb::VolumeCapability {
+                access_type: Some(access_type.clone()),
+                access_mode: Some(pb::volume_capability::AccessMode { mode: mode as i32 }),
+            })
+            .collect(),
+    )
+}
 
-    let requested_bytes = match view.requested_storage() {
-        Some(q) => {
-            quantity::parse_bytes(q).ok_or_else(|| ProvisionError::BadStorageRequest(q.into()))?
-        }
-        None => return Err(ProvisionError::BadStorageRequest(String::new())),
-    };
-
-    // Sidecar keys are stripped; the deprecated fstype and csi* secret keys
-    // are passed through, as upstream does.
+/// The parameters the driver gets: the class's without the sidecar's own
+/// keys (the deprecated fstype and csi* secret keys are passed through, as
+/// upstream does), and with `--extra-create-metadata` the claim's and PV's
+/// names.
+fn driver_parameters(
+    params: BTreeMap<String, String>,
+    view: ClaimView,
+    pv_name: &str,
+    opts: &ProvisionOptions,
+) -> std::collections::HashMap<String, String> {
     let mut parameters: std::collections::HashMap<String, String> = params
         .into_iter()
         .filter(|(k, _)| !k.starts_with(keys::CSI_PARAMETER_PREFIX))
         .collect();
     if opts.extra_create_metadata {
-        parameters.insert(keys::PARAM_PVC_NAME.into(), name.into());
-        parameters.insert(keys::PARAM_PVC_NAMESPACE.into(), namespace.into());
-        parameters.insert(keys::PARAM_PV_NAME.into(), pv_name.clone());
+        parameters.insert(keys::PARAM_PVC_NAME.into(), view.name().into());
+        parameters.insert(keys::PARAM_PVC_NAMESPACE.into(), view.namespace().into());
+        parameters.insert(keys::PARAM_PV_NAME.into(), pv_name.to_string());
     }
-
-    let request = pb::CreateVolumeRequest {
-        name: pv_name.clone(),
-        capacity_range: Some(pb::CapacityRange {
-            required_bytes: requested_bytes,
-            limit_bytes: 0,
-        }),
-        volume_capabilities,
-        parameters,
-        ..Default::default()
-    };
-    Ok(PreparedVolume {
-        pv_name,
-        request,
-        secret_refs,
-        fs_type,
-        requested_bytes,
-        block,
-        snapshot,
-        clone,
-    })
+    parameters
 }
 
 /// One CSI access mode per Kubernetes access mode.
@@ -340,12 +411,23 @@ pub(crate) mod tests {
             ("csiNodeStageSecretName", "stage"),
             ("csiNodeStageSecretNamespace", "kube-system"),
         ]);
-        let p = prepare(&claim(), &sc, &driver(), &ProvisionOptions::default()).unwrap();
+        let p = plan(&claim(), &sc, &driver(), &ProvisionOptions::default()).unwrap();
         assert_eq!(p.pv_name, "pvc-11111111-2222-3333-4444-555555555555");
-        assert_eq!(p.request.name, p.pv_name);
-        assert_eq!(p.request.capacity_range.unwrap().required_bytes, 1 << 30);
+        assert_eq!(p.request(Gathered::default()).name, p.pv_name);
+        assert_eq!(
+            p.request(Gathered::default())
+                .capacity_range
+                .unwrap()
+                .required_bytes,
+            1 << 30
+        );
         let keys: Vec<_> = {
-            let mut k: Vec<_> = p.request.parameters.keys().cloned().collect();
+            let mut k: Vec<_> = p
+                .request(Gathered::default())
+                .parameters
+                .keys()
+                .cloned()
+                .collect();
             k.sort();
             k
         };
@@ -357,8 +439,8 @@ pub(crate) mod tests {
                 "type"
             ]
         );
-        assert_eq!(p.request.volume_capabilities.len(), 1);
-        let cap = &p.request.volume_capabilities[0];
+        assert_eq!(p.request(Gathered::default()).volume_capabilities.len(), 1);
+        let cap = &p.request(Gathered::default()).volume_capabilities[0];
         assert_eq!(cap.access_mode.unwrap().mode, Mode::SingleNodeWriter as i32);
         match &cap.access_type {
             Some(pb::volume_capability::AccessType::Mount(m)) => {
@@ -379,7 +461,7 @@ pub(crate) mod tests {
             "kube-system"
         );
         assert!(
-            p.request.secrets.is_empty(),
+            p.request(Gathered::default()).secrets.is_empty(),
             "secret data is filled by the controller"
         );
     }
@@ -394,7 +476,7 @@ pub(crate) mod tests {
             "ReadWriteMany".into(),
         ]);
         spec.volume_mode = Some("Block".into());
-        let p = prepare(
+        let p = plan(
             &c,
             &class(&[("csi.storage.k8s.io/fstype", "xfs")]),
             &driver(),
@@ -402,7 +484,7 @@ pub(crate) mod tests {
         )
         .unwrap();
         let modes: Vec<i32> = p
-            .request
+            .request(Gathered::default())
             .volume_capabilities
             .iter()
             .map(|c| c.access_mode.unwrap().mode)
@@ -417,10 +499,15 @@ pub(crate) mod tests {
         );
         assert!(p.block);
         assert_eq!(p.fs_type, "");
-        assert!(p.request.volume_capabilities.iter().all(|c| matches!(
-            c.access_type,
-            Some(pb::volume_capability::AccessType::Block(_))
-        )));
+        assert!(
+            p.request(Gathered::default())
+                .volume_capabilities
+                .iter()
+                .all(|c| matches!(
+                    c.access_type,
+                    Some(pb::volume_capability::AccessType::Block(_))
+                ))
+        );
     }
 
     #[test]
@@ -429,14 +516,20 @@ pub(crate) mod tests {
         d.capabilities.single_node_multi_writer = true;
         let mut c = claim();
         c.spec.as_mut().unwrap().access_modes = Some(vec!["ReadWriteOncePod".into()]);
-        let p = prepare(&c, &class(&[]), &d, &Default::default()).unwrap();
+        let p = plan(&c, &class(&[]), &d, &Default::default()).unwrap();
         assert_eq!(
-            p.request.volume_capabilities[0].access_mode.unwrap().mode,
+            p.request(Gathered::default()).volume_capabilities[0]
+                .access_mode
+                .unwrap()
+                .mode,
             Mode::SingleNodeSingleWriter as i32
         );
-        let p = prepare(&claim(), &class(&[]), &d, &Default::default()).unwrap();
+        let p = plan(&claim(), &class(&[]), &d, &Default::default()).unwrap();
         assert_eq!(
-            p.request.volume_capabilities[0].access_mode.unwrap().mode,
+            p.request(Gathered::default()).volume_capabilities[0]
+                .access_mode
+                .unwrap()
+                .mode,
             Mode::SingleNodeMultiWriter as i32
         );
     }
@@ -448,15 +541,25 @@ pub(crate) mod tests {
             default_fstype: "ext3".into(),
             ..Default::default()
         };
-        let p = prepare(&claim(), &class(&[]), &driver(), &opts).unwrap();
-        assert_eq!(p.request.parameters[keys::PARAM_PVC_NAME], "data");
-        assert_eq!(p.request.parameters[keys::PARAM_PVC_NAMESPACE], "team-a");
-        assert_eq!(p.request.parameters[keys::PARAM_PV_NAME], p.pv_name);
+        let p = plan(&claim(), &class(&[]), &driver(), &opts).unwrap();
+        assert_eq!(
+            p.request(Gathered::default()).parameters[keys::PARAM_PVC_NAME],
+            "data"
+        );
+        assert_eq!(
+            p.request(Gathered::default()).parameters[keys::PARAM_PVC_NAMESPACE],
+            "team-a"
+        );
+        assert_eq!(
+            p.request(Gathered::default()).parameters[keys::PARAM_PV_NAME],
+            p.pv_name
+        );
         assert_eq!(p.fs_type, "ext3");
-        let p = prepare(&claim(), &class(&[("fsType", "xfs")]), &driver(), &opts).unwrap();
+        let p = plan(&claim(), &class(&[("fsType", "xfs")]), &driver(), &opts).unwrap();
         assert_eq!(p.fs_type, "xfs");
         assert_eq!(
-            p.request.parameters["fsType"], "xfs",
+            p.request(Gathered::default()).parameters["fsType"],
+            "xfs",
             "legacy key is passed through"
         );
     }
@@ -585,7 +688,7 @@ pub(crate) mod tests {
             ),
         ];
         for (c, sc, d, fragment) in table {
-            let err = prepare(&c, &sc, &d, &Default::default()).unwrap_err();
+            let err = plan(&c, &sc, &d, &Default::default()).unwrap_err();
             assert!(
                 err.to_string().contains(fragment),
                 "{err} lacks {fragment:?}"
@@ -602,15 +705,15 @@ pub(crate) mod tests {
             ..Default::default()
         };
         // Gate off: the class is not looked at (upstream ignores it too).
-        assert!(prepare(&c, &class(&[]), &driver(), &gate_off).is_ok());
+        assert!(plan(&c, &class(&[]), &driver(), &gate_off).is_ok());
         let mut d = driver();
         d.capabilities.modify_volume = true;
-        let p = prepare(&c, &class(&[]), &d, &Default::default()).unwrap();
+        let p = plan(&c, &class(&[]), &d, &Default::default()).unwrap();
         assert!(
-            p.request.mutable_parameters.is_empty(),
+            p.request(Gathered::default()).mutable_parameters.is_empty(),
             "filled by the controller from the class it reads"
         );
         c.spec.as_mut().unwrap().volume_attributes_class_name = Some(String::new());
-        assert!(prepare(&c, &class(&[]), &driver(), &Default::default()).is_ok());
+        assert!(plan(&c, &class(&[]), &driver(), &Default::default()).is_ok());
     }
 }

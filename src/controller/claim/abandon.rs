@@ -5,26 +5,28 @@
 //! existed — its handle is recorded on the claim, and it is deleted; then the
 //! intent goes and the claim with it (DESIGN §2.5).
 //!
-//! [`delete_volume`] is the one place where the claim path calls
-//! `DeleteVolume` (here, and for a volume the driver made smaller than asked).
+//! The volume is deleted through `controller::backend`, the one home of
+//! `DeleteVolume` for every path.
 
-use std::collections::HashMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 use tonic::Code;
-use tracing::{debug, info, warn};
+use tracing::info;
 
-use super::error::{ClaimError, report};
-use crate::controller::topology;
-use crate::controller::{Context, bound_claim_uid};
+use super::error::ClaimError;
+use super::gather;
+use crate::controller::{Context, backend, bound_claim_uid};
 use crate::csi::classify;
 use crate::keys;
 use crate::kube::{get_fresh, is_not_found, remove_finalizer};
-use crate::provision::{self, ClaimView, SecretRef};
+use crate::provision::{self, ClaimView, Plan};
 
 pub async fn abandon(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Action, ClaimError> {
     let view = ClaimView(cached);
@@ -60,18 +62,35 @@ pub async fn abandon(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Ac
     if fresh.uid() != uid || !fresh.holds_intent() || !fresh.asks(&ctx.driver.name) {
         return Ok(Action::await_change());
     }
+    // The class is needed to rebuild the request, and its plan to name the
+    // secret the deletion sends. StorageClass parameters are immutable: a
+    // plan that cannot be made now could never have been sent.
+    let class = class_of(ctx, fresh);
+    let plan = class
+        .as_ref()
+        .ok()
+        .and_then(|class| provision::plan(&claim, class, &ctx.driver, &ctx.options).ok());
     let handle = match recorded_handle(fresh) {
         Some(h) => Some(h),
-        None => find_volume(ctx, &claim).await?,
+        None => match &plan {
+            Some(plan) => {
+                let class = class?;
+                find_volume(ctx, &claim, &class, plan).await?
+            }
+            None => {
+                class?;
+                None
+            }
+        },
     };
     if let Some(handle) = handle {
         if recorded_handle(fresh).is_none() {
             record_handle(ctx, &claim, &handle).await?;
         }
-        let secret = provisioner_secret(ctx, &claim);
-        delete_volume(ctx, secret.as_ref(), &handle)
+        let secret = plan.as_ref().and_then(|p| p.provisioner_secret());
+        backend::delete_volume(ctx, &handle, secret, false)
             .await
-            .map_err(|e| report(ctx, &claim, e))?;
+            .map_err(|e| ClaimError::deleting(&handle, e))?;
         info!(claim = %fresh.key(), volume = %handle, "deleted the volume of a claim deleted during provisioning");
     }
     ctx.claims.forget_created(uid);
@@ -81,6 +100,21 @@ pub async fn abandon(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Ac
     }
     release_now(ctx, &claim).await?;
     Ok(Action::await_change())
+}
+
+/// The deleted claim's class, from the cache: without it the request cannot
+/// be rebuilt and the volume's handle cannot be learned, so the claim waits
+/// (with a Warning saying why) rather than leak.
+fn class_of(ctx: &Context, claim: ClaimView) -> Result<Arc<StorageClass>, ClaimError> {
+    let name = claim.class().unwrap_or_default();
+    ctx.caches
+        .classes
+        .get(&ObjectRef::new(name))
+        .ok_or_else(|| {
+            ClaimError::CleanupBlocked(format!(
+                "storageclass.storage.k8s.io {name:?} not found; re-create it to let the claim go"
+            ))
+        })
 }
 
 /// The snapshot a claim is restored from, if any.
@@ -105,81 +139,18 @@ fn recorded_handle(claim: ClaimView) -> Option<String> {
 }
 
 /// The handle of the claim's backend volume, if one may exist: the
-/// idempotent `CreateVolume` with the same name and parameters answers it.
+/// idempotent `CreateVolume` with the same name and request answers it.
 async fn find_volume(
     ctx: &Context,
     claim: &PersistentVolumeClaim,
+    class: &StorageClass,
+    plan: &Plan,
 ) -> Result<Option<String>, ClaimError> {
     let view = ClaimView(claim);
     if let Some(v) = ctx.claims.created(view.uid()) {
         return Ok(Some(v.volume_id));
     }
-    let Some(class) = ctx
-        .caches
-        .classes
-        .get(&kube::runtime::reflector::ObjectRef::new(
-            view.class().unwrap_or_default(),
-        ))
-    else {
-        let name = view.class().unwrap_or_default().to_string();
-        return Err(report(
-            ctx,
-            claim,
-            ClaimError::CleanupBlocked(format!(
-                "storageclass.storage.k8s.io {name:?} not found; re-create it to let the claim go"
-            )),
-        ));
-    };
-    let mut prepared = match provision::prepare(claim, &class, &ctx.driver, &ctx.options) {
-        Ok(p) => p,
-        // StorageClass parameters are immutable: a request that cannot be
-        // built now could never have been sent, so no volume exists.
-        Err(e) => {
-            debug!(claim = %view.key(), error = %e, "no request could have been sent");
-            return Ok(None);
-        }
-    };
-    // Best effort: the same requirements, mutable parameters and secret as
-    // the original call, when they can still be computed.
-    prepared.request.accessibility_requirements = topology::requirements(ctx, claim, &class)
-        .await
-        .ok()
-        .flatten();
-    // A restore's request names its snapshot: the same handle, read from the
-    // content (our finalizer keeps the snapshot while the claim holds the
-    // intent). Without it the driver answers AlreadyExists and the claim waits.
-    if let Some(source) = &prepared.snapshot
-        && let Ok((_, Some(content))) = super::create::read_snapshot(ctx, source).await
-        && let Some(handle) = content.status.and_then(|s| s.snapshot_handle)
-    {
-        prepared.request.volume_content_source = Some(provision::snapshot::from_handle(handle));
-    }
-    // A clone's names its source volume: the source claim's PV (the source is
-    // protected while this claim, pending, names it).
-    if let Some(source) = &prepared.clone
-        && let Ok(original) =
-            Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &source.namespace)
-                .get(&source.name)
-                .await
-        && let Some(pv_name) = original.spec.and_then(|s| s.volume_name)
-        && let Ok(pv) = Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(ctx.client.clone())
-            .get(&pv_name)
-            .await
-        && let Some(csi) = pv.spec.and_then(|s| s.csi)
-    {
-        prepared.request.volume_content_source =
-            Some(provision::clone::from_volume(csi.volume_handle));
-    }
-    if let Some(name) = view.vac_name(&ctx.options) {
-        let api: Api<k8s_openapi::api::storage::v1::VolumeAttributesClass> =
-            Api::all(ctx.client.clone());
-        if let Ok(vac) = api.get(name).await {
-            prepared.request.mutable_parameters =
-                vac.parameters.unwrap_or_default().into_iter().collect();
-        }
-    }
-    let mut request = prepared.request.clone();
-    request.secrets = secret_data(ctx, prepared.provisioner_secret()).await;
+    let request = gather::for_cleanup(ctx, claim, class, plan).await;
     if !ctx.leader.is_leader() {
         return Err(ClaimError::NotLeader);
     }
@@ -187,12 +158,8 @@ async fn find_volume(
         Ok(resp) => Ok(resp.volume.map(|v| v.volume_id).filter(|h| !h.is_empty())),
         // Same name, incompatible parameters (the class changed?): the handle
         // cannot be learned. Keep the claim rather than leak.
-        Err(s) if s.code() == Code::AlreadyExists => Err(report(
-            ctx,
-            claim,
-            ClaimError::CleanupBlocked(
-                ClaimError::create_volume(s, crate::csi::CsiErrorClass::Final).to_string(),
-            ),
+        Err(s) if s.code() == Code::AlreadyExists => Err(ClaimError::CleanupBlocked(
+            ClaimError::create_volume(s, crate::csi::CsiErrorClass::Final).to_string(),
         )),
         // The request itself is refused: no call with it can have made a volume.
         Err(s) if s.code() == Code::InvalidArgument => Ok(None),
@@ -204,19 +171,6 @@ async fn find_volume(
             Err(ClaimError::create_volume(s, class))
         }
     }
-}
-
-fn provisioner_secret(ctx: &Context, claim: &PersistentVolumeClaim) -> Option<SecretRef> {
-    let class = ctx
-        .caches
-        .classes
-        .get(&kube::runtime::reflector::ObjectRef::new(
-            ClaimView(claim).class().unwrap_or_default(),
-        ))?;
-    provision::prepare(claim, &class, &ctx.driver, &ctx.options)
-        .ok()?
-        .provisioner_secret()
-        .cloned()
 }
 
 /// Records the handle of a deleted claim's volume on the claim (UID-fenced;
@@ -252,35 +206,4 @@ async fn release_now(ctx: &Context, claim: &PersistentVolumeClaim) -> Result<(),
     }
     ctx.claims.mark_intent_released(view.uid());
     Ok(())
-}
-
-/// The data of the provisioner secret, or none if it cannot be read (the
-/// cleanup goes on without it, as upstream's deletion does).
-async fn secret_data(ctx: &Context, secret: Option<&SecretRef>) -> HashMap<String, String> {
-    let Some(r) = secret else {
-        return HashMap::new();
-    };
-    ctx.secret_data(r).await.unwrap_or_else(|e| {
-        warn!(secret = %format!("{}/{}", r.namespace, r.name), error = %e, "going on without the provisioner secret");
-        HashMap::new()
-    })
-}
-
-/// `DeleteVolume` for the claim path (`NotFound` counts as done).
-pub async fn delete_volume(
-    ctx: &Context,
-    secret: Option<&SecretRef>,
-    handle: &str,
-) -> Result<(), ClaimError> {
-    let secrets = secret_data(ctx, secret).await;
-    if !ctx.leader.is_leader() {
-        return Err(ClaimError::NotLeader);
-    }
-    ctx.csi
-        .delete_volume(handle, secrets)
-        .await
-        .map_err(|status| ClaimError::DeleteVolume {
-            handle: handle.to_string(),
-            status,
-        })
 }

@@ -1,15 +1,23 @@
-//! The pure decisions of the claim path: what a claim needs from us, and
-//! whether its StorageClass lets us go ahead. Table-tested below; the
-//! sequences in `create` and `abandon` only carry them out.
+//! The one decision of the claim path, pure: from the claim as cached, its
+//! StorageClass, what this process remembers about it and where this replica
+//! runs, what to do now — forget it, wait, retry later, race for it, refuse
+//! it, create its volume, clean up after it, release its intent or its
+//! source's protection. Table-tested below; `create`, `abandon` and the rest
+//! only carry a decision out.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::storage::v1::StorageClass;
 
-use crate::controller::memory::Attempt;
+use super::error::ClaimError;
+use crate::controller::memory::{Attempt, still_held};
+use crate::controller::node::{NodeGate, Placement};
 use crate::keys;
 use crate::kube::slim::Claim;
-use crate::provision::ClaimView;
+use crate::provision::{ClaimView, ProvisionError, ProvisionOptions, migration, volume_name};
 
-/// What a claim needs from us right now.
+/// What a claim needs from us, by its own fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Work {
     /// Not ours, or nothing left to do: nothing to remember about it either.
@@ -44,34 +52,161 @@ pub fn work_for(claim: ClaimView, driver: &str) -> Work {
     }
 }
 
-/// What an attempt at `work` is decided on: a failed attempt is not made
-/// again before its backoff unless one of these changed (the node the
-/// scheduler chose, the class — re-created classes count as new).
-pub fn attempt(claim: ClaimView, work: Work, class_uid: Option<&str>) -> Attempt {
-    Attempt::of((work, claim.selected_node(), claim.class(), class_uid))
+/// What this process remembers about a claim, as far as a decision needs it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Recall {
+    /// This process saved (or found) the claim's PV.
+    pub pv_saved: bool,
+    /// This process removed the claim's intent.
+    pub intent_released: bool,
+    /// The attempt that failed last, and how long it is still held back.
+    pub held: Option<(Attempt, Duration)>,
 }
 
-/// Whether a claim that needs a volume may get one from us now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Gate {
-    /// The class belongs to another provisioner: not ours to act on.
-    OtherProvisioner,
-    /// WaitForFirstConsumer and the scheduler has not chosen a node yet.
-    WaitingForNode,
-    Go,
+/// The PV under the claim's deterministic name, as the PV cache shows it.
+/// "No PV" is never taken from the cache as an answer: the create finds out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CachedPv {
+    /// Not in the cache (or the cache cannot be asked).
+    Unknown,
+    /// In the cache, bound (or pre-bound) to the claim with this UID (`""`:
+    /// none).
+    BoundTo(String),
 }
 
-pub fn gate(claim: ClaimView, class: &StorageClass, driver: &str) -> Gate {
-    if class.provisioner != driver && !crate::provision::migration::is_migrated_class(class, driver)
-    {
-        Gate::OtherProvisioner
+/// Everything one decision is made from.
+pub struct Facts<'a> {
+    pub claim: ClaimView<'a>,
+    pub driver: &'a str,
+    pub options: &'a ProvisionOptions,
+    /// The claim's StorageClass as the cache has it.
+    pub class: Option<Arc<StorageClass>>,
+    pub place: &'a Placement,
+    pub recall: Recall,
+    pub pv: CachedPv,
+}
+
+/// What to do with a claim now.
+#[derive(Debug)]
+pub enum Decision {
+    /// Nothing of ours on it, now or later: forget it.
+    Forget,
+    /// Nothing to do until the claim (or its class) changes; why, for the log.
+    Wait(&'static str),
+    /// The same attempt failed a moment ago: try again after this.
+    Requeue(Duration),
+    /// One sidecar per node, an Immediate claim: race the other nodes for it.
+    Race(Arc<StorageClass>),
+    /// Not without a change: shown on the claim, retried with backoff.
+    Refuse(ClaimError),
+    /// Make its volume and PV (the class in our driver's terms).
+    Create(Arc<StorageClass>),
+    Abandon,
+    ReleaseIntent,
+    ReleaseCloneSource,
+}
+
+/// The decision, and the attempt it is (to hold back if it fails).
+pub fn decide(f: &Facts) -> (Decision, Attempt) {
+    let view = f.claim;
+    let work = match work_for(view, f.driver) {
+        // Our cleanup is the node's the volume was made on.
+        Work::Abandon | Work::ReleaseIntent if !f.place.cleans_up(view) => Work::Nothing,
+        work => work,
+    };
+    let class_uid = f.class.as_ref().and_then(|c| c.metadata.uid.as_deref());
+    let attempt = Attempt::of((work, view.selected_node(), view.class(), class_uid));
+    let decision = match work {
+        Work::Nothing => Decision::Forget,
+        Work::ReleaseIntent if f.recall.intent_released => Decision::Wait("its intent is released"),
+        _ if let Some(wait) = still_held(f.recall.held, attempt) => Decision::Requeue(wait),
+        Work::ReleaseIntent => Decision::ReleaseIntent,
+        Work::Abandon => Decision::Abandon,
+        Work::ReleaseCloneSource => Decision::ReleaseCloneSource,
+        Work::Provision => without_volume(f),
+    };
+    (decision, attempt)
+}
+
+/// A claim of ours without a volume: its class, its node, its PV decide.
+fn without_volume(f: &Facts) -> Decision {
+    let Some(class) = f.class.clone() else {
+        return Decision::Refuse(ClaimError::StorageClassNotFound {
+            name: f.claim.class().unwrap_or_default().to_string(),
+        });
+    };
+    // A class of the in-tree plugin migrated to our driver, in our driver's
+    // terms (upstream: csi-translation-lib); its provisioner stays in-tree.
+    let class = if migration::is_migrated_class(&class, f.driver) {
+        match migration::translate_class(&class) {
+            Ok(c) => Arc::new(c),
+            Err(e) => return Decision::Refuse(ProvisionError::Migration(e).into()),
+        }
+    } else {
+        class
+    };
+    if let Some(why) = class_holds_back(f.claim, &class, f.driver) {
+        return Decision::Wait(why);
+    }
+    match f.place.claim(f.claim, &class) {
+        NodeGate::ThisNode => {}
+        NodeGate::OtherNode => return Decision::Wait("another node's claim"),
+        NodeGate::NotHere => return Decision::Wait("not for this node now"),
+        NodeGate::RaceForIt => return Decision::Race(class),
+    }
+    // Saved already: binding is kube-controller-manager's step, and the
+    // intent leaves with it (`ReleaseIntent`).
+    const SAVED: &str = "its PV exists: waiting for the binder";
+    if f.recall.pv_saved {
+        return Decision::Wait(SAVED);
+    }
+    match &f.pv {
+        CachedPv::Unknown => Decision::Create(class),
+        CachedPv::BoundTo(uid) if uid == f.claim.uid() => Decision::Wait(SAVED),
+        // Our deterministic name is taken: no CreateVolume (it would make a
+        // volume no PV can point to). Safe on a stale cache: a retry looks again.
+        CachedPv::BoundTo(other) => Decision::Refuse(
+            match volume_name(
+                &f.options.volume_name_prefix,
+                f.claim.uid(),
+                f.options.volume_name_uuid_length,
+            ) {
+                Ok(name) => ClaimError::PvOfAnotherClaim {
+                    name,
+                    other: other.clone(),
+                },
+                Err(e) => e.into(),
+            },
+        ),
+    }
+}
+
+/// Why the class does not let us provision the claim now, if it does not:
+/// it must name our driver (or an in-tree plugin migrated to it), and a
+/// WaitForFirstConsumer claim must have a node.
+fn class_holds_back(claim: ClaimView, class: &StorageClass, driver: &str) -> Option<&'static str> {
+    if class.provisioner != driver && !migration::is_migrated_class(class, driver) {
+        Some("a class of another provisioner")
     } else if class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer")
         && claim.selected_node().is_none()
     {
-        Gate::WaitingForNode
+        Some("WaitForFirstConsumer: waiting for the scheduler's node")
     } else {
-        Gate::Go
+        None
     }
+}
+
+/// Whether a claim read again mid-attempt (it changed since the cache saw
+/// it) still needs a volume from this replica, with the class decided on.
+pub fn still_creates(
+    claim: ClaimView,
+    class: &StorageClass,
+    driver: &str,
+    place: &Placement,
+) -> bool {
+    work_for(claim, driver) == Work::Provision
+        && class_holds_back(claim, class, driver).is_none()
+        && place.claim(claim, class) == NodeGate::ThisNode
 }
 
 /// Trims a claim before it is cached. A claim bound to a PV and without our
@@ -285,35 +420,242 @@ mod tests {
         }
     }
 
+    /// A name for each decision, for the table.
+    fn kind(d: &Decision) -> String {
+        match d {
+            Decision::Forget => "forget".into(),
+            Decision::Wait(_) => "wait".into(),
+            Decision::Requeue(_) => "requeue".into(),
+            Decision::Race(_) => "race".into(),
+            Decision::Refuse(e) => format!("refuse: {}", e.label()),
+            Decision::Create(_) => "create".into(),
+            Decision::Abandon => "abandon".into(),
+            Decision::ReleaseIntent => "release intent".into(),
+            Decision::ReleaseCloneSource => "release clone source".into(),
+        }
+    }
+
+    /// The facts of one row: a claim of ours and our class, centrally, with
+    /// nothing remembered and nothing in the PV cache; each row changes one.
+    struct Row {
+        claim: C,
+        class: Option<StorageClass>,
+        place: Placement,
+        recall: Recall,
+        pv: CachedPv,
+    }
+
+    impl Row {
+        fn of(claim: C) -> Row {
+            Row {
+                claim,
+                class: Some(class(DRIVER, "Immediate")),
+                place: Placement::Central,
+                recall: Recall::default(),
+                pv: CachedPv::Unknown,
+            }
+        }
+        fn class(mut self, class: Option<StorageClass>) -> Row {
+            self.class = class;
+            self
+        }
+        fn on(mut self, node: &str, immediate_binding: bool) -> Row {
+            self.place = Placement::Node(crate::controller::node::NodeMode {
+                name: node.into(),
+                topology: None,
+                immediate_binding,
+                base_delay: Duration::from_secs(1),
+                max_delay: Duration::from_secs(2),
+            });
+            self
+        }
+        fn recall(mut self, recall: Recall) -> Row {
+            self.recall = recall;
+            self
+        }
+        fn pv(mut self, pv: CachedPv) -> Row {
+            self.pv = pv;
+            self
+        }
+        fn decide(&self) -> (Decision, Attempt) {
+            let options = ProvisionOptions::default();
+            decide(&Facts {
+                claim: ClaimView(&self.claim.0),
+                driver: DRIVER,
+                options: &options,
+                class: self.class.clone().map(Arc::new),
+                place: &self.place,
+                recall: self.recall,
+                pv: self.pv.clone(),
+            })
+        }
+    }
+
     #[test]
-    fn the_class_decides_whether_to_go() {
-        let cases = [
-            (C::ours(), class(DRIVER, "Immediate"), Gate::Go),
-            (C::ours(), class("x", "Immediate"), Gate::OtherProvisioner),
+    fn decides_what_to_do_now() {
+        let wffc = || Some(class(DRIVER, "WaitForFirstConsumer"));
+        let uid = C::ours().0.metadata.uid.unwrap();
+        // The attempt a plain create is: what a failure of it holds back.
+        let create = Row::of(C::ours()).decide().1;
+        let held = |attempt| Recall {
+            held: Some((attempt, Duration::from_secs(1))),
+            ..Default::default()
+        };
+        let rows = [
+            (Row::of(C::ours()), "create", "ours, our class, no PV known"),
+            (Row::of(C::ours().of("x")), "forget", "another driver's"),
+            (Row::of(C::ours().bound()), "forget", "bound, done"),
             (
-                C::ours(),
-                class(DRIVER, "WaitForFirstConsumer"),
-                Gate::WaitingForNode,
+                Row::of(C::ours()).class(None),
+                "refuse: storage_class_not_found",
+                "no class in the cache",
             ),
             (
-                C::ours().on_node("n1"),
-                class(DRIVER, "WaitForFirstConsumer"),
-                Gate::Go,
+                Row::of(C::ours()).class(Some(class("x", "Immediate"))),
+                "wait",
+                "a class of another provisioner",
             ),
             (
-                C::ours().on_node(""),
-                class(DRIVER, "WaitForFirstConsumer"),
-                Gate::WaitingForNode,
+                Row::of(C::ours()).class(wffc()),
+                "wait",
+                "waiting for the scheduler",
+            ),
+            (
+                Row::of(C::ours().on_node("n1")).class(wffc()),
+                "create",
+                "the scheduler chose",
+            ),
+            (
+                Row::of(C::ours().on_node("n1"))
+                    .class(wffc())
+                    .on("n1", false),
+                "create",
+                "chosen for this node",
+            ),
+            (
+                Row::of(C::ours().on_node("n2"))
+                    .class(wffc())
+                    .on("n1", false),
+                "wait",
+                "chosen for another node",
+            ),
+            (
+                Row::of(C::ours()).on("n1", true),
+                "race",
+                "Immediate, one sidecar per node",
+            ),
+            (
+                Row::of(C::ours()).on("n1", false),
+                "wait",
+                "Immediate, not taken by nodes",
+            ),
+            (
+                Row::of(C::ours()).pv(CachedPv::BoundTo(uid.clone())),
+                "wait",
+                "its PV is cached: the binder's turn",
+            ),
+            (
+                Row::of(C::ours()).recall(Recall {
+                    pv_saved: true,
+                    ..Default::default()
+                }),
+                "wait",
+                "this process saved its PV",
+            ),
+            (
+                Row::of(C::ours()).pv(CachedPv::BoundTo("other".into())),
+                "refuse: pv_of_another_claim",
+                "our name is another claim's PV",
+            ),
+            (
+                Row::of(C::ours()).recall(held(create)),
+                "requeue",
+                "the same attempt failed a moment ago",
+            ),
+            (
+                Row::of(C::ours().on_node("n9")).recall(held(create)),
+                "create",
+                "another node now: another attempt",
+            ),
+            (
+                Row::of(C::ours().intent().deleting()).recall(held(create)),
+                "abandon",
+                "deleted since: cleaned up at once",
+            ),
+            (
+                Row::of(C::ours().bound().intent()),
+                "release intent",
+                "bound with our intent",
+            ),
+            (
+                Row::of(C::ours().bound().intent()).recall(Recall {
+                    intent_released: true,
+                    ..Default::default()
+                }),
+                "wait",
+                "released already by this process",
+            ),
+            (
+                Row::of(C::ours().intent().deleting().on_node("n2")).on("n1", false),
+                "forget",
+                "another node's volume to clean up",
+            ),
+            (
+                Row::of(C::ours().intent().deleting().on_node("n1")).on("n1", false),
+                "abandon",
+                "this node's volume to clean up",
+            ),
+            (
+                Row::of(C::ours().bound().clone_source().deleting()),
+                "release clone source",
+                "a deleted clone source",
             ),
         ];
-        for (c, class, want) in cases {
-            assert_eq!(
-                gate(ClaimView(&c.0), &class, DRIVER),
-                want,
-                "{:?}",
-                c.0.metadata.annotations
-            );
+        for (row, want, what) in rows {
+            assert_eq!(kind(&row.decide().0), want, "{what}");
         }
+    }
+
+    #[test]
+    fn a_migrated_class_is_decided_on_in_our_drivers_terms() {
+        let mut in_tree = class("kubernetes.io/aws-ebs", "Immediate");
+        in_tree.parameters = Some([("type".to_string(), "gp3".to_string())].into());
+        let row = |driver: &str| {
+            let options = ProvisionOptions::default();
+            let place = Placement::Central;
+            let c = C::ours().of(driver);
+            decide(&Facts {
+                claim: ClaimView(&c.0),
+                driver,
+                options: &options,
+                class: Some(Arc::new(in_tree.clone())),
+                place: &place,
+                recall: Recall::default(),
+                pv: CachedPv::Unknown,
+            })
+            .0
+        };
+        match row("ebs.csi.aws.com") {
+            Decision::Create(class) => assert_eq!(class.provisioner, "kubernetes.io/aws-ebs"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            kind(&row("other.csi.example.com")),
+            "wait",
+            "not migrated to us"
+        );
+    }
+
+    #[test]
+    fn a_claim_read_again_is_still_ours_only_if_nothing_that_matters_changed() {
+        let central = Placement::Central;
+        let immediate = class(DRIVER, "Immediate");
+        let still = |c: C| still_creates(ClaimView(&c.0), &immediate, DRIVER, &central);
+        assert!(still(C::ours()));
+        assert!(still(C::ours().intent()));
+        assert!(!still(C::ours().bound()), "bound meanwhile");
+        assert!(!still(C::ours().intent().deleting()), "deleted meanwhile");
+        assert!(!still(C::ours().of("x")), "handed to another driver");
     }
 
     #[test]

@@ -1,13 +1,14 @@
 //! Every way a step of the claim path can fail, and what each failure means:
 //! the event it shows (reason, type, text as upstream writes it), whether it is
 //! final, whether it counts as a failed provisioning, and a bounded label for
-//! logs. [`report`] is the one place that turns a failure into an event and a
-//! metric.
+//! logs. [`report`], called by the error policy alone, is the one place that
+//! turns a failure into an event and a metric.
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use tonic::Status;
 
 use crate::controller::Context;
+use crate::controller::backend::DeleteError;
 use crate::csi::{CsiErrorClass, code_name};
 use crate::keys;
 use crate::kube::{EventType, api_message};
@@ -57,6 +58,9 @@ pub enum ClaimError {
     /// The protection finalizer could not be put on the snapshot or claim.
     #[error("{}", api_message(.0))]
     ProtectSource(#[source] kube::Error),
+    /// The selected node's CSINode is gone: the scheduler must choose again.
+    #[error("failed to get selected CSINode {node}: csinode.storage.k8s.io \"{node}\" not found")]
+    SelectedNodeGone { node: String },
     /// Reading the selected node's CSINode/Node or the cluster's nodes.
     #[error("error generating accessibility requirements: {}", api_message(.0))]
     ReadTopology(#[source] kube::Error),
@@ -84,9 +88,6 @@ pub enum ClaimError {
     /// A PV under our deterministic name belongs to another claim.
     #[error("PersistentVolume {name} exists but is bound to another claim ({other})")]
     PvOfAnotherClaim { name: String, other: String },
-    /// Removing the selected node after `ResourceExhausted` failed.
-    #[error("failed to reschedule: {}", api_message(.0))]
-    Reschedule(#[source] kube::Error),
     /// Reading the PV or the claim while cleaning up after a deleted claim.
     #[error("failed to read {what}: {}", api_message(.source))]
     Read {
@@ -117,6 +118,17 @@ impl ClaimError {
         ClaimError::CreateVolume { status, class }
     }
 
+    /// A failed deletion of the backend volume `handle`.
+    pub fn deleting(handle: &str, e: DeleteError) -> ClaimError {
+        match e {
+            DeleteError::NotLeader => ClaimError::NotLeader,
+            DeleteError::DeleteVolume(status) => ClaimError::DeleteVolume {
+                handle: handle.to_string(),
+                status,
+            },
+        }
+    }
+
     /// The event this failure shows on the claim: type and reason. `None`:
     /// only logged (upstream shows nothing for these either, or they are steps
     /// of ours that a retry repeats without the user having to act).
@@ -133,6 +145,7 @@ impl ClaimError {
             | ReadGrants { .. }
             | ProtectSource(_)
             | ReadTopology(_)
+            | SelectedNodeGone { .. }
             | CreateVolume { .. }
             | Orphaned { .. }
             | PvOfAnotherClaim { .. } => Some((EventType::Warning, "ProvisioningFailed")),
@@ -144,7 +157,6 @@ impl ClaimError {
             StorageClassNotFound { .. }
             | SavePv { .. }
             | RecordIntent(_)
-            | Reschedule(_)
             | Read { .. }
             | RecordHandle { .. }
             | ReleaseIntent(_)
@@ -194,7 +206,11 @@ impl ClaimError {
     pub fn is_final(&self) -> bool {
         use ClaimError::*;
         match self {
-            Invalid(_) | Orphaned { .. } | PvOfAnotherClaim { .. } | CleanupBlocked(_) => true,
+            Invalid(_)
+            | SelectedNodeGone { .. }
+            | Orphaned { .. }
+            | PvOfAnotherClaim { .. }
+            | CleanupBlocked(_) => true,
             CreateVolume { class, .. } => {
                 matches!(class, CsiErrorClass::Final | CsiErrorClass::Infeasible)
             }
@@ -219,12 +235,12 @@ impl ClaimError {
             ReadGrants { .. } => "read_grants",
             ProtectSource(_) => "protect_source",
             ReadTopology(_) => "read_topology",
+            SelectedNodeGone { .. } => "selected_node_gone",
             RecordIntent(_) => "record_intent",
             CreateVolume { .. } => "create_volume",
             SavePv { .. } => "save_pv",
             Orphaned { .. } => "orphaned",
             PvOfAnotherClaim { .. } => "pv_of_another_claim",
-            Reschedule(_) => "reschedule",
             Read { .. } => "read",
             RecordHandle { .. } => "record_handle",
             ReleaseIntent(_) => "release_intent",
@@ -246,9 +262,9 @@ pub fn labels(claim: &PersistentVolumeClaim) -> ClaimLabels {
     }
 }
 
-/// Shows a failure on the claim (event, failure metric) and returns it for
-/// the error policy. The one place that does.
-pub fn report(ctx: &Context, claim: &PersistentVolumeClaim, err: ClaimError) -> ClaimError {
+/// Shows a failure on the claim (event, failure metric). The one place that
+/// does: the error policy calls it for every failure a reconcile returns.
+pub fn report(ctx: &Context, claim: &PersistentVolumeClaim, err: &ClaimError) {
     if err.counts_as_failure() {
         ctx.metrics
             .provision_failed_total
@@ -263,7 +279,6 @@ pub fn report(ctx: &Context, claim: &PersistentVolumeClaim, err: ClaimError) -> 
         }
         (None, _) => {}
     }
-    err
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::decide::Recall;
 use crate::controller::memory::Memory;
 use crate::csi::pb;
 
@@ -30,6 +31,15 @@ pub struct ClaimEntry {
 pub type ClaimMemory = Memory<ClaimEntry>;
 
 impl Memory<ClaimEntry> {
+    /// What a decision about the claim needs to know from this process.
+    pub fn recall(&self, uid: &str) -> Recall {
+        Recall {
+            pv_saved: self.pv_saved(uid),
+            intent_released: self.intent_released(uid),
+            held: self.held(uid),
+        }
+    }
+
     /// Notes the start of an attempt (the first one counts).
     pub fn attempt_started(&self, uid: &str) {
         self.with(uid, |e| {

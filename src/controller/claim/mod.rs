@@ -1,12 +1,20 @@
 //! The claim path: a PVC that asks for our driver gets one backend volume and
 //! one PV, exactly once, even under stale caches, crashes and deletion races.
 //!
+//! A reconcile is one straight sequence: read the facts (the cached claim,
+//! its class, what this process remembers, where this replica runs), decide
+//! once ([`decide`]), carry the decision out, and return. A failure is
+//! returned, never reported where it happens: the error policy shows it
+//! (event, metric) and holds the failed attempt back for its backoff.
+//!
 //! | module | owns |
 //! |---|---|
-//! | [`decide`] | what a claim needs (pure): provision, abandon, release the intent, nothing |
+//! | [`decide`] | the one decision (pure): forget, wait, retry later, race, refuse, create, abandon, release |
+//! | [`gather`] | what a request needs beyond the claim and class, read live; the request built once |
 //! | [`create`] | the create sequence (DESIGN §2.1–2.4, §2.7) |
 //! | [`intent`] | the durable intent and the authoritative check in one fenced write (§2.2, §2.5); its release |
-//! | [`abandon`] | the cleanup of a claim deleted mid-flight (§2.5); the one `DeleteVolume` of the claim path |
+//! | [`abandon`] | the cleanup of a claim deleted mid-flight (§2.5) |
+//! | [`protect`] | the protection of a restore's snapshot and a clone's source claim |
 //! | [`error`] | every failure, its event and metric; the one reporter |
 //! | [`memory`] | what the process remembers per claim UID, forgotten in one place |
 
@@ -14,6 +22,7 @@ mod abandon;
 mod create;
 pub mod decide;
 pub mod error;
+mod gather;
 pub mod intent;
 pub mod memory;
 mod protect;
@@ -21,6 +30,7 @@ mod protect;
 mod tests;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -32,75 +42,105 @@ pub use error::ClaimError;
 pub use intent::IntentReleaser;
 pub use memory::ClaimMemory;
 
-use super::Context;
 use super::memory::Hold;
+use super::{Context, bound_claim_uid, node};
 use crate::csi::CsiErrorClass;
 use crate::kube::slim::Claim;
-use crate::provision::ClaimView;
-use decide::{Work, attempt, work_for};
+use crate::provision::{self, ClaimView};
+use decide::{CachedPv, Decision, Facts, decide};
+
+/// How long a claim waits for the PV cache's first list.
+const PV_CACHE_WAIT: Duration = Duration::from_secs(10);
 
 pub async fn reconcile(claim: Arc<Claim>, ctx: Arc<Context>) -> Result<Action, ClaimError> {
     let claim = &claim.0;
     let view = ClaimView(claim);
-    let work = match work_for(view, &ctx.driver.name) {
-        // With one sidecar per node, a claim's intent and its volume belong
-        // to the node it was provisioned for: only that node cleans up.
-        Work::Abandon | Work::ReleaseIntent
-            if ctx
-                .node
-                .as_ref()
-                .is_some_and(|n| view.selected_node() != Some(n.name.as_str())) =>
-        {
-            Work::Nothing
+    // The PV cache answers "saved already" for free, but only once it has
+    // listed: at start-up the claims may be listed first, and a claim whose PV
+    // exists would then cost an (idempotent) CreateVolume. Instant once ready;
+    // bounded, because a PV watch that cannot list (RBAC not there yet, an API
+    // outage) must not hold provisioning: without the cache the create finds
+    // out, at the price of that CreateVolume.
+    let _ = tokio::time::timeout(PV_CACHE_WAIT, ctx.caches.volumes_listed.wait()).await;
+    let (decision, attempt) = decide(&Facts {
+        claim: view,
+        driver: &ctx.driver.name,
+        options: &ctx.options,
+        class: ctx
+            .caches
+            .classes
+            .get(&ObjectRef::new(view.class().unwrap_or_default())),
+        place: &ctx.place,
+        recall: ctx.claims.recall(view.uid()),
+        pv: cached_pv(&ctx, view),
+    });
+    ctx.claims.note(view.uid(), attempt);
+    let action = match decision {
+        Decision::Forget => {
+            ctx.claims.forget(view.uid());
+            return Ok(Action::await_change());
         }
-        work => work,
-    };
-    if work == Work::Nothing {
-        ctx.claims.forget(view.uid());
-        return Ok(Action::await_change());
-    }
-    // The same attempt failed a moment ago: its own writes (and the control
-    // plane's answers to them) trigger reconciles; the backoff still holds.
-    let class_uid = ctx
-        .caches
-        .classes
-        .get(&ObjectRef::new(view.class().unwrap_or_default()))
-        .and_then(|c| c.metadata.uid.clone());
-    if let Some(wait) = ctx
-        .claims
-        .begin(view.uid(), attempt(view, work, class_uid.as_deref()))
-    {
-        debug!(claim = %view.key(), ?wait, "the same attempt failed: waiting out its backoff");
-        return Ok(Action::requeue(wait));
-    }
-    let action = match work {
-        Work::Nothing => Action::await_change(),
-        Work::ReleaseIntent => {
-            if !ctx.claims.intent_released(view.uid()) {
-                ctx.intents.request(claim);
-            }
+        Decision::Requeue(wait) => {
+            debug!(claim = %view.key(), ?wait, "the same attempt failed: waiting out its backoff");
+            return Ok(Action::requeue(wait));
+        }
+        Decision::Refuse(err) => return Err(err),
+        Decision::Wait(why) => {
+            debug!(claim = %view.key(), why, "waiting");
             Action::await_change()
         }
-        Work::Abandon => abandon::abandon(&ctx, claim).await?,
-        Work::ReleaseCloneSource => protect::release_clone_source(&ctx, claim).await?,
-        Work::Provision => match create::provision(&ctx, claim).await {
-            // Reported already; not ours to retry (a volume populator's claim).
-            Err(e) if e.is_ignored() => {
-                debug!(claim = %view.key(), reason = %e, "ignored");
-                Action::await_change()
-            }
-            other => other?,
-        },
+        Decision::Race(class) => {
+            let node = ctx
+                .place
+                .node()
+                .expect("races are decided in node deployments");
+            node::race(&ctx, node, claim, &class)
+                .await
+                .map_err(|source| ClaimError::Read {
+                    what: "PersistentVolumeClaim (taking it for this node)",
+                    source,
+                })?
+        }
+        Decision::Create(class) => create::create(&ctx, claim, &class).await?,
+        Decision::Abandon => abandon::abandon(&ctx, claim).await?,
+        Decision::ReleaseIntent => {
+            ctx.intents.request(claim);
+            Action::await_change()
+        }
+        Decision::ReleaseCloneSource => protect::release_clone_source(&ctx, claim).await?,
     };
     ctx.claims.succeeded(view.uid());
     Ok(action)
 }
 
-/// Requeues a failed claim with per-claim exponential backoff; the attempt
-/// that failed is held back until then. An infeasible request waits
-/// `--retry-interval-max` (or a new StorageClass).
+/// What the PV cache shows under the claim's deterministic name.
+fn cached_pv(ctx: &Context, claim: ClaimView) -> CachedPv {
+    let Ok(name) = provision::volume_name(
+        &ctx.options.volume_name_prefix,
+        claim.uid(),
+        ctx.options.volume_name_uuid_length,
+    ) else {
+        return CachedPv::Unknown;
+    };
+    match ctx.caches.volumes.get(&ObjectRef::new(&name)) {
+        Some(pv) => CachedPv::BoundTo(bound_claim_uid(&pv).unwrap_or_default().to_string()),
+        None => CachedPv::Unknown,
+    }
+}
+
+/// Every failure a reconcile returns lands here: it is shown on the claim
+/// (event, failure metric) and the claim is requeued with its backoff, the
+/// failed attempt held back until then. An infeasible request waits
+/// `--retry-interval-max` (or a new StorageClass); a claim left to a volume
+/// populator waits for a change.
 pub fn error_policy(claim: Arc<Claim>, err: &ClaimError, ctx: Arc<Context>) -> Action {
     let view = ClaimView(&claim.0);
+    error::report(&ctx, &claim.0, err);
+    if err.is_ignored() {
+        debug!(claim = %view.key(), reason = %err, "ignored");
+        ctx.claims.succeeded(view.uid());
+        return Action::await_change();
+    }
     let delay = match err {
         ClaimError::NotLeader => ctx.claims.failed(view.uid(), Hold::Nothing),
         ClaimError::CreateVolume {

@@ -9,7 +9,7 @@ use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
-use super::error::{ClaimError, report};
+use super::error::ClaimError;
 use crate::controller::Context;
 use crate::keys;
 use crate::kube::snapshot::{self, VolumeSnapshot};
@@ -24,11 +24,7 @@ pub enum Source {
 }
 
 /// Puts the source's protection on it (fenced on what was read).
-pub async fn protect(
-    ctx: &Context,
-    claim: &PersistentVolumeClaim,
-    source: &Source,
-) -> Result<(), ClaimError> {
+pub async fn protect(ctx: &Context, source: &Source) -> Result<(), ClaimError> {
     let result = match source {
         Source::Snapshot(s) => {
             let api = Api::<VolumeSnapshot>::namespaced(
@@ -48,7 +44,7 @@ pub async fn protect(
                 .map(|_| ())
         }
     };
-    result.map_err(|e| report(ctx, claim, ClaimError::ProtectSource(e)))
+    result.map_err(ClaimError::ProtectSource)
 }
 
 /// Lets the snapshot go once the volume made from it is saved (or the

@@ -21,7 +21,8 @@ use kube::runtime::{reflector, watcher};
 use serde_json::{Value, json};
 
 use super::decide::fixtures::{ClaimFixture, DRIVER, class};
-use super::{ClaimError, ClaimMemory, IntentReleaser, abandon, create};
+use super::{ClaimError, ClaimMemory, IntentReleaser};
+use crate::controller::node::Placement;
 use crate::controller::{Caches, Context, VolumeMemory};
 use crate::csi::{CsiClient, DriverCapabilities};
 use crate::keys;
@@ -204,7 +205,7 @@ impl Rig {
             volumes: VolumeMemory::new(Duration::from_secs(1), Duration::from_secs(300)),
             capacity: None,
             clone_releases: tokio::sync::Semaphore::new(1),
-            node: None,
+            place: Placement::Central,
         };
         Rig {
             ctx: Arc::new(ctx),
@@ -226,16 +227,18 @@ impl Rig {
         .await
     }
 
+    /// A reconcile of a claim that needs a volume, as the controller runs it
+    /// after any backoff (the hold of an earlier failure has passed).
     async fn provision(&self, claim: &PersistentVolumeClaim) -> Result<(), ClaimError> {
-        let r = create::provision(&self.ctx, claim).await.map(|_| ());
-        self.ctx.recorder.flush(Duration::from_secs(5)).await;
-        r
+        self.ctx.claims.expire_hold(ClaimView(claim).uid());
+        self.reconcile(claim).await.map(drop)
     }
 
+    /// A reconcile of a deleted claim that holds the intent, likewise.
     async fn abandon(&self, claim: &PersistentVolumeClaim) -> Result<(), ClaimError> {
-        let r = abandon::abandon(&self.ctx, claim).await.map(|_| ());
-        self.ctx.recorder.flush(Duration::from_secs(5)).await;
-        r
+        assert!(ClaimView(claim).is_deleting() && ClaimView(claim).holds_intent());
+        self.ctx.claims.expire_hold(ClaimView(claim).uid());
+        self.reconcile(claim).await.map(drop)
     }
 
     /// One reconcile as the controller runs it: on failure the error policy
@@ -245,15 +248,15 @@ impl Rig {
         claim: &PersistentVolumeClaim,
     ) -> Result<Option<Duration>, ClaimError> {
         let claim = Arc::new(Claim(claim.clone()));
-        let r = super::reconcile(claim.clone(), self.ctx.clone()).await;
-        self.ctx.recorder.flush(Duration::from_secs(5)).await;
-        match r {
+        let r = match super::reconcile(claim.clone(), self.ctx.clone()).await {
             Ok(action) => Ok(requeue_of(&action)),
             Err(e) => {
                 super::error_policy(claim, &e, self.ctx.clone());
                 Err(e)
             }
-        }
+        };
+        self.ctx.recorder.flush(Duration::from_secs(5)).await;
+        r
     }
 
     fn ctx_mut(&mut self) -> &mut Context {
@@ -825,7 +828,7 @@ async fn in_a_node_deployment_no_room_after_an_earlier_attempt_keeps_the_claim_h
     // find that volume: it keeps the claim and retries.
     let c = ClaimFixture::ours().on_node("n1").intent().0;
     let mut rig = exhausted_rig(vec![(PATCH_CLAIM, answer(&c, "7"))]).await;
-    rig.ctx_mut().node = Some(crate::controller::node::NodeMode {
+    rig.ctx_mut().place = Placement::Node(crate::controller::node::NodeMode {
         name: "n1".into(),
         topology: Some([("zone".to_string(), "a".to_string())].into()),
         immediate_binding: true,

@@ -1,0 +1,418 @@
+//! The one gathering of what a claim's `CreateVolume` needs beyond the claim
+//! and its class — the ReferenceGrants of a cross-namespace source, the
+//! snapshot or source claim, the VolumeAttributesClass's parameters, the
+//! topology, the provisioner secret — all read live, after which the request
+//! is built once, complete ([`Plan::request`]). Strict for a create: every
+//! check applies and any failure stops it. Best effort for the cleanup of a
+//! deleted claim: the same request as far as it can still be rebuilt.
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttributesClass};
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+use tracing::debug;
+
+use super::error::ClaimError;
+use super::protect;
+use crate::controller::{Context, backend};
+use crate::csi::pb;
+use crate::keys;
+use crate::kube::reference_grant::ReferenceGrant;
+use crate::kube::snapshot::{VolumeSnapshot, VolumeSnapshotContent};
+use crate::kube::{api_message, get_fresh};
+use crate::provision::snapshot::SnapshotSource;
+use crate::provision::topology::{self as topo, Segments, SelectedNode, TopologyInputs};
+use crate::provision::{self, ClaimView, Gathered, Plan, ProvisionError};
+
+/// A create, ready to go: its plan, its complete request, and the source it
+/// is made from as read (protected right before `CreateVolume`).
+pub struct Ready {
+    pub plan: Plan,
+    pub request: pb::CreateVolumeRequest,
+    pub source: Option<protect::Source>,
+}
+
+/// Everything a create needs, each part checked. When this process has the
+/// driver's answer already (the PV is still to be saved) the source is
+/// neither read nor judged again: it was checked and protected before the
+/// driver was asked, and a source deleted since must not hold up the save.
+pub async fn for_create(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+    class: &StorageClass,
+) -> Result<Ready, ClaimError> {
+    let view = ClaimView(claim);
+    let answered = ctx.claims.created(view.uid()).is_some();
+    if !answered {
+        check_grants(ctx, claim).await?;
+    }
+    let plan = provision::plan(claim, class, &ctx.driver, &ctx.options)?;
+    let (content_source, source) = if answered {
+        (None, None)
+    } else {
+        checked_source(ctx, claim, class, &plan).await?
+    };
+    let mutable_parameters = match view.vac_name(&ctx.options) {
+        Some(name) => vac_parameters(ctx, name).await?,
+        None => HashMap::new(),
+    };
+    let accessibility_requirements = topology(ctx, claim, class).await.map_err(|e| match e {
+        // upstream #1438: a vanished node must not pin the claim forever.
+        TopologyError::SelectedNodeGone(node) => ClaimError::SelectedNodeGone { node },
+        TopologyError::Invalid(e) => {
+            ProvisionError::Topology(format!("error generating accessibility requirements: {e}"))
+                .into()
+        }
+        TopologyError::Kube(e) => ClaimError::ReadTopology(e),
+    })?;
+    let secrets = match plan.provisioner_secret() {
+        Some(r) => ctx
+            .secret_data(r)
+            .await
+            .map_err(|source| ClaimError::GetSecret {
+                namespace: r.namespace.clone(),
+                name: r.name.clone(),
+                source,
+            })?,
+        None => HashMap::new(),
+    };
+    let request = plan.request(Gathered {
+        content_source,
+        mutable_parameters,
+        accessibility_requirements,
+        secrets,
+    });
+    Ok(Ready {
+        plan,
+        request,
+        source,
+    })
+}
+
+/// The request an earlier create of this claim sent, as far as it can be
+/// rebuilt now (the cleanup of a deleted claim asks the driver again by name
+/// to learn the volume's handle): the same source handle, requirements,
+/// mutable parameters and secret where they can still be read.
+pub async fn for_cleanup(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+    class: &StorageClass,
+    plan: &Plan,
+) -> pb::CreateVolumeRequest {
+    // A restore's source is the snapshot's handle, read from its content (our
+    // finalizer keeps the snapshot while the claim holds the intent); a
+    // clone's is the source claim's volume (protected while this claim, pending,
+    // names it). Without it the driver would answer AlreadyExists.
+    let content_source = match (&plan.snapshot, &plan.clone) {
+        (Some(source), _) => match read_snapshot(ctx, source).await {
+            Ok((_, Some(content))) => content
+                .status
+                .and_then(|s| s.snapshot_handle)
+                .map(provision::snapshot::from_handle),
+            _ => None,
+        },
+        (None, Some(source)) => source_volume(ctx, &source.namespace, &source.name)
+            .await
+            .map(provision::clone::from_volume),
+        (None, None) => None,
+    };
+    let mutable_parameters = match ClaimView(claim).vac_name(&ctx.options) {
+        Some(name) => vac_parameters(ctx, name).await.unwrap_or_default(),
+        None => HashMap::new(),
+    };
+    plan.request(Gathered {
+        content_source,
+        mutable_parameters,
+        accessibility_requirements: topology(ctx, claim, class).await.ok().flatten(),
+        secrets: backend::secret_data_or_none(ctx, plan.provisioner_secret()).await,
+    })
+}
+
+/// A source in another namespace: a ReferenceGrant there must allow it
+/// (listed live, like the source), checked before anything else, as upstream.
+async fn check_grants(ctx: &Context, claim: &PersistentVolumeClaim) -> Result<(), ClaimError> {
+    let Some(source) = provision::grant::foreign_source(ClaimView(claim), &ctx.options) else {
+        return Ok(());
+    };
+    let namespace = source.namespace.unwrap_or_default();
+    let grants = Api::<ReferenceGrant>::namespaced(ctx.client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .map_err(|source| ClaimError::ReadGrants {
+            namespace: namespace.to_string(),
+            source,
+        })?;
+    provision::grant::check(&grants.items, ClaimView(claim), &source)?;
+    Ok(())
+}
+
+/// The snapshot or claim the volume is made from, read live and checked as
+/// upstream checks it; its handle for the request and the object to protect.
+async fn checked_source(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+    class: &StorageClass,
+    plan: &Plan,
+) -> Result<(Option<pb::VolumeContentSource>, Option<protect::Source>), ClaimError> {
+    if let Some(source) = &plan.snapshot {
+        let refused = |reason: String| ClaimError::DataSource {
+            kind: keys::SNAPSHOT_KIND,
+            name: source.name.clone(),
+            reason,
+        };
+        let (snapshot, content) = read_snapshot(ctx, source).await.map_err(|e| {
+            refused(format!(
+                "error getting snapshot {} from api server: {}",
+                source.name,
+                api_message(&e)
+            ))
+        })?;
+        let handle = provision::snapshot::content_source(
+            claim,
+            &class.provisioner,
+            &snapshot,
+            content.as_ref(),
+            ctx.options.prevent_volume_mode_conversion,
+        )
+        .map_err(refused)?;
+        return Ok((
+            Some(handle),
+            Some(protect::Source::Snapshot(Box::new(snapshot))),
+        ));
+    }
+    let Some(source) = &plan.clone else {
+        return Ok((None, None));
+    };
+    let refused = |reason: String| ClaimError::DataSource {
+        kind: keys::CLAIM_KIND,
+        name: source.name.clone(),
+        reason,
+    };
+    let api = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &source.namespace);
+    let original = api.get(&source.name).await.map_err(|e| {
+        refused(format!(
+            "error getting PVC {} (namespace {:?}) from api server: {}",
+            source.name,
+            source.namespace,
+            api_message(&e)
+        ))
+    })?;
+    let pv = match ClaimView(&original).volume_name() {
+        Some(name) => Api::<PersistentVolume>::all(ctx.client.clone())
+            .get(name)
+            .await
+            .map_err(|e| debug!(pv = %name, error = %e, "cannot read the source claim's PV"))
+            .ok(),
+        None => None,
+    };
+    let handle =
+        provision::clone::content_source(claim, &class.provisioner, &original, pv.as_ref())
+            .map_err(refused)?;
+    Ok((
+        Some(handle),
+        Some(protect::Source::Claim(Box::new(original))),
+    ))
+}
+
+/// A snapshot and, when it names one that can be read, its content.
+async fn read_snapshot(
+    ctx: &Context,
+    source: &SnapshotSource,
+) -> Result<(VolumeSnapshot, Option<VolumeSnapshotContent>), kube::Error> {
+    let snapshot = Api::<VolumeSnapshot>::namespaced(ctx.client.clone(), &source.namespace)
+        .get(&source.name)
+        .await?;
+    let content = match snapshot
+        .status
+        .as_ref()
+        .and_then(|s| s.bound_volume_snapshot_content_name.as_deref())
+    {
+        Some(name) => Api::<VolumeSnapshotContent>::all(ctx.client.clone())
+            .get(name)
+            .await
+            .map_err(|e| debug!(content = name, error = %e, "cannot read the snapshot's content"))
+            .ok(),
+        None => None,
+    };
+    Ok((snapshot, content))
+}
+
+/// The volume handle of a source claim's PV, if both can be read.
+async fn source_volume(ctx: &Context, namespace: &str, name: &str) -> Option<String> {
+    let original = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), namespace)
+        .get(name)
+        .await
+        .ok()?;
+    let pv_name = ClaimView(&original).volume_name()?.to_string();
+    let pv = Api::<PersistentVolume>::all(ctx.client.clone())
+        .get(&pv_name)
+        .await
+        .ok()?;
+    pv.spec?.csi.map(|csi| csi.volume_handle)
+}
+
+/// The parameters of the VolumeAttributesClass `name`, read from the API
+/// server as upstream does (the class may be newer than any cache). A class
+/// meant for another driver is refused.
+async fn vac_parameters(ctx: &Context, name: &str) -> Result<HashMap<String, String>, ClaimError> {
+    let api: Api<VolumeAttributesClass> = Api::all(ctx.client.clone());
+    let vac = api
+        .get(name)
+        .await
+        .map_err(|source| ClaimError::GetVolumeAttributesClass {
+            name: name.to_string(),
+            source,
+        })?;
+    if vac.driver_name != ctx.driver.name {
+        return Err(ProvisionError::VolumeAttributesClassOfAnotherDriver {
+            name: name.to_string(),
+            driver: vac.driver_name,
+            ours: ctx.driver.name.clone(),
+        }
+        .into());
+    }
+    Ok(vac.parameters.unwrap_or_default().into_iter().collect())
+}
+
+// ---- topology ----
+
+/// Why topology could not be computed.
+#[derive(Debug, thiserror::Error)]
+enum TopologyError {
+    /// The selected node's CSINode does not exist: the scheduler must pick again.
+    #[error("CSINode {0} not found")]
+    SelectedNodeGone(String),
+    #[error(transparent)]
+    Invalid(#[from] ProvisionError),
+    #[error("kubernetes API error: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// The topology requirement of the claim's volume: only for drivers with
+/// VOLUME_ACCESSIBILITY_CONSTRAINTS (and the Topology gate on). The selected
+/// node's CSINode and Node, or the cluster's nodes, are read live: topology
+/// is only computed right before a `CreateVolume`.
+async fn topology(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+    class: &StorageClass,
+) -> Result<Option<pb::TopologyRequirement>, TopologyError> {
+    if !(ctx.driver.capabilities.accessibility_constraints && ctx.options.topology_gate) {
+        return Ok(None);
+    }
+    let allowed = class.allowed_topologies.clone().unwrap_or_default();
+    let opts = &ctx.options;
+    let name = claim.name_any();
+    if let Some(node) = ctx.place.node() {
+        // One sidecar per node: this node is the only one there is, as
+        // upstream's node mode sees it (its topology from `NodeGetInfo`, no
+        // Node or CSINode read).
+        let segment = node.topology.clone().unwrap_or_default();
+        let here = SelectedNode {
+            name: node.name.clone(),
+            keys: segment.keys().cloned().collect(),
+            labels: segment.clone(),
+        };
+        let cluster: Vec<Segments> = if segment.is_empty() {
+            Vec::new()
+        } else {
+            vec![segment]
+        };
+        return Ok(topo::requirements(&TopologyInputs {
+            selected: Some(&here),
+            allowed: &allowed,
+            cluster: &cluster,
+            strict: opts.strict_topology,
+            immediate: opts.immediate_topology,
+            claim_name: &name,
+        })?);
+    }
+    let selected = match ClaimView(claim).selected_node() {
+        Some(name) => Some(selected_node(ctx, name).await?),
+        None => None,
+    };
+    let cluster = if topo::needs_cluster_topology(
+        opts.strict_topology,
+        selected.is_some(),
+        !allowed.is_empty(),
+        opts.immediate_topology,
+    ) {
+        let keys = match &selected {
+            Some(s) => s.keys.clone(),
+            None => any_driver_keys(ctx).await?,
+        };
+        nodes_with(ctx, &keys).await?
+    } else {
+        Vec::new()
+    };
+    Ok(topo::requirements(&TopologyInputs {
+        selected: selected.as_ref(),
+        allowed: &allowed,
+        cluster: &cluster,
+        strict: opts.strict_topology,
+        immediate: opts.immediate_topology,
+        claim_name: &name,
+    })?)
+}
+
+async fn selected_node(ctx: &Context, name: &str) -> Result<SelectedNode, TopologyError> {
+    let csinode = get_fresh(&Api::<CSINode>::all(ctx.client.clone()), name)
+        .await?
+        .ok_or_else(|| TopologyError::SelectedNodeGone(name.to_string()))?;
+    let node = get_fresh(&Api::<Node>::all(ctx.client.clone()), name).await?;
+    Ok(SelectedNode {
+        name: name.to_string(),
+        keys: driver_keys(&csinode, &ctx.driver.name),
+        labels: node.map(|n| n.labels().clone()).unwrap_or_default(),
+    })
+}
+
+fn driver_keys(csinode: &CSINode, driver: &str) -> Vec<String> {
+    csinode
+        .spec
+        .drivers
+        .iter()
+        .find(|d| d.name == driver)
+        .and_then(|d| d.topology_keys.clone())
+        .unwrap_or_default()
+}
+
+/// Topology keys of our driver from any node that has them (Immediate binding).
+async fn any_driver_keys(ctx: &Context) -> Result<Vec<String>, TopologyError> {
+    let csinodes = Api::<CSINode>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await?;
+    csinodes
+        .items
+        .iter()
+        .map(|c| driver_keys(c, &ctx.driver.name))
+        .find(|k| !k.is_empty())
+        .ok_or_else(|| ProvisionError::Topology("no available topology found".into()).into())
+}
+
+/// One segment set per node carrying every key.
+async fn nodes_with(ctx: &Context, keys: &[String]) -> Result<Vec<Segments>, TopologyError> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let lp = ListParams::default().labels(&keys.join(","));
+    let nodes = Api::<Node>::all(ctx.client.clone()).list(&lp).await?;
+    let segments: Vec<Segments> = nodes
+        .items
+        .iter()
+        .filter_map(|n| {
+            keys.iter()
+                .map(|k| n.labels().get(k).map(|v| (k.clone(), v.clone())))
+                .collect()
+        })
+        .collect();
+    if segments.is_empty() {
+        return Err(ProvisionError::Topology(format!(
+            "topologyKeys {keys:?} were not found on any nodes"
+        ))
+        .into());
+    }
+    Ok(segments)
+}
