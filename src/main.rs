@@ -118,6 +118,7 @@ fn run_config(cfg: &Config) -> RunConfig {
             .as_ref()
             .map(|h| h.metrics_path.clone())
             .unwrap_or_else(|| "/metrics".into()),
+        admission_intent: false,
         leader_election: cfg.leader_election.as_ref().map(|le| LeaderElection {
             namespace: le.namespace.clone(),
             lease_duration: le.lease_duration,

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::runtime::{Controller, WatchStreamExt, controller, reflector, watcher};
+use kube::runtime::{Controller, controller, reflector, watcher};
 use kube::{Api, Client};
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
@@ -18,13 +18,16 @@ use tokio_util::task::AbortOnDropHandle;
 use tracing::{error, info, warn};
 
 use crate::config::RateLimit;
+use crate::controller::claim::intent::IntentMode;
 use crate::controller::claim::{ClaimMemory, IntentReleaser};
 use crate::controller::{Caches, Context, VolumeMemory, capacity, claim, volume};
 use crate::csi::{CsiClient, DriverCapabilities};
 use crate::http::{HttpServer, LeaderHealth};
+use crate::kube::fresh::Freshness;
 use crate::kube::lease::{Elector, LeaseConfig, lease_name};
 use crate::kube::slim::{Claim, Pv};
 use crate::kube::throttle::{Lane, SharedBucket, ThrottleLayer};
+use crate::kube::watch::Progress;
 use crate::kube::{EventRecorder, LeaderGate, Listed};
 use crate::metrics::Metrics;
 use crate::provision::{DriverInfo, ProvisionOptions};
@@ -57,6 +60,9 @@ pub struct RunConfig {
     pub capacity: Option<crate::config::CapacityConfig>,
     /// `--node-deployment` and its settings; `None`: central deployment.
     pub node_deployment: Option<crate::config::NodeDeploymentConfig>,
+    /// `--admission-intent`: the provisioning intent is made by the control
+    /// plane (deploy/kubernetes/provisioning-intent-policy.yaml).
+    pub admission_intent: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -273,6 +279,7 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
         &client,
         class_writer,
         classes_listed.clone(),
+        Progress::default(),
         drop_managed_fields,
         |_| true,
         |_| {},
@@ -280,6 +287,7 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
     .for_each(|_| async {});
 
     let (claim_store, claim_writer) = reflector::store();
+    let claims_progress = Progress::default();
     let (volume_store, volume_writer) = reflector::store();
     let volumes_listed = Listed::default();
     let claim_memory = Arc::new(ClaimMemory::new(cfg.retry_start, cfg.retry_max));
@@ -299,9 +307,15 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
             volumes: volume_store.clone(),
             volumes_listed: volumes_listed.clone(),
             claims: claim_store.clone(),
+            claims_progress: claims_progress.clone(),
         },
         claims: claim_memory.clone(),
         intents: IntentReleaser::start(background, claim_memory.clone()),
+        intent: if cfg.admission_intent {
+            IntentMode::Admission(Freshness::start(client.clone(), claims_progress.clone()))
+        } else {
+            IntentMode::Write
+        },
         volumes: VolumeMemory::new(cfg.retry_start, cfg.retry_max),
         capacity: capacity.as_ref().map(|c| c.3.clone()),
         clone_releases: tokio::sync::Semaphore::new(cfg.cloning_protection_threads.max(1)),
@@ -318,6 +332,7 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
             &client,
             claim_writer,
             Listed::default(),
+            claims_progress.clone(),
             claim::trim,
             claim::cached,
             move |event| claim::forget_deleted(&claim_memory, event),
@@ -339,6 +354,7 @@ pub async fn run(cfg: RunConfig, stop: CancellationToken) -> Result<(), FatalErr
             &client,
             volume_writer,
             volumes_listed.clone(),
+            Progress::default(),
             Pv::trim,
             |_| true,
             {
@@ -571,6 +587,7 @@ fn cached_stream<K>(
     client: &Client,
     writer: reflector::store::Writer<K>,
     listed: Listed,
+    progress: Progress,
     trim: fn(&mut K),
     keep: fn(&K) -> bool,
     mut observe: impl FnMut(&watcher::Event<K>) + Send + 'static,
@@ -584,30 +601,14 @@ where
         + Sync
         + 'static,
 {
-    let stream = watcher(
-        Api::<K>::all(client.clone()),
-        watcher::Config::default().any_semantic(),
-    )
-    .default_backoff()
-    .modify(trim)
-    .try_filter_map(move |event| futures::future::ready(Ok(kept(event, keep))))
-    .inspect_ok(move |event| observe(event))
-    // The controllers drop these; an operator must see a watch that cannot
-    // list or watch (RBAC, an API outage). The watcher retries with backoff.
-    .inspect_err(|e| warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying"));
     let reader = writer.as_reader();
-    triggers(reader, listed, reflector(writer, stream))
-}
-
-/// A watch event as the cache takes it when only objects that pass `keep` are
-/// cached: a listed object that does not is not listed, and a change that
-/// makes one not pass is a deletion, so no copy of it stays behind.
-fn kept<K>(event: watcher::Event<K>, keep: fn(&K) -> bool) -> Option<watcher::Event<K>> {
-    match event {
-        watcher::Event::InitApply(obj) if !keep(&obj) => None,
-        watcher::Event::Apply(obj) if !keep(&obj) => Some(watcher::Event::Delete(obj)),
-        event => Some(event),
-    }
+    let events =
+        crate::kube::watch::cache(Api::<K>::all(client.clone()), writer, trim, keep, progress)
+            .inspect_ok(move |event| observe(event))
+            // The controllers drop these; an operator must see a watch that cannot
+            // list or watch (RBAC, an API outage). The watch retries with backoff.
+            .inspect_err(|e| warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying"));
+    triggers(reader, listed, events)
 }
 
 /// The objects to reconcile, from a reflector's events: each applied object,
@@ -874,8 +875,12 @@ mod tests {
             Apply(config_map("b", "work again")),
         ];
         let (store, writer) = reflector::store::<ConfigMap>();
-        let events =
-            futures::stream::iter(events.into_iter().filter_map(|e| kept(e, keep)).map(Ok));
+        let events = futures::stream::iter(
+            events
+                .into_iter()
+                .filter_map(|e| crate::kube::watch::kept(e, keep))
+                .map(Ok),
+        );
         let stream = triggers(store.clone(), Listed::default(), reflector(writer, events));
         let reconciled: Vec<String> = stream
             .map(|o| o.unwrap().metadata.name.unwrap())

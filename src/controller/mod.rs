@@ -26,9 +26,11 @@ use kube::runtime::reflector::Store;
 
 use crate::csi::CsiClient;
 use crate::kube::slim::{Claim, Pv};
+use crate::kube::watch::Progress;
 use crate::kube::{EventRecorder, LeaderGate, Listed};
 use crate::metrics::Metrics;
 use crate::provision::{DriverInfo, ProvisionOptions, SecretRef};
+use claim::intent::IntentMode;
 use claim::{ClaimMemory, IntentReleaser};
 
 /// Everything the reconcilers share. Built once in `run`.
@@ -47,6 +49,8 @@ pub struct Context {
     pub claims: Arc<ClaimMemory>,
     /// Releases of intents that are no longer needed, in the background lane.
     pub intents: IntentReleaser,
+    /// Who makes the provisioning intent durable: the sidecar or the control plane.
+    pub intent: IntentMode,
     /// What the volume path remembers.
     pub volumes: VolumeMemory,
     /// With `--enable-capacity`: poked when a volume was provisioned or
@@ -71,6 +75,8 @@ pub struct Caches {
     /// `Store::wait_until_ready` does not).
     pub volumes_listed: Listed,
     pub claims: Store<Claim>,
+    /// How far the claim cache has caught up with the API server.
+    pub claims_progress: Progress,
 }
 
 /// What the volume path remembers, per PV UID.

@@ -3,12 +3,14 @@
 
 mod events;
 mod finalizers;
+pub mod fresh;
 pub mod lease;
 mod listed;
 pub mod reference_grant;
 pub mod slim;
 pub mod snapshot;
 pub mod throttle;
+pub mod watch;
 
 pub use events::{EventRecorder, EventType};
 pub use finalizers::{add_finalizer, has_finalizer, remove_finalizer};

@@ -69,7 +69,7 @@ pub async fn create(
             }
             other => other?,
         };
-        match intent::record(&ctx.client, &copy).await? {
+        match intent::confirm(ctx, &copy).await? {
             Confirmed::Current(claim) => return carry_out(ctx, &copy, &claim, class, ready).await,
             Confirmed::Changed(fresh) => {
                 if !still_creates(ClaimView(&fresh), class, &ctx.driver.name, &ctx.place) {

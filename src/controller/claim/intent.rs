@@ -25,6 +25,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{Patch, PatchParams};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -32,7 +33,9 @@ use tracing::{debug, warn};
 
 use super::error::ClaimError;
 use super::memory::ClaimMemory;
+use crate::controller::Context;
 use crate::keys;
+use crate::kube::fresh::{Fresh, Freshness};
 use crate::kube::{get_fresh, is_conflict, is_invalid, is_not_found, remove_finalizer};
 use crate::provision::ClaimView;
 
@@ -46,6 +49,53 @@ pub enum Confirmed {
     /// Gone, re-created under the same name, or being deleted without our
     /// intent: nothing of ours to do with this copy.
     Gone,
+}
+
+/// Who makes the intent durable.
+pub enum IntentMode {
+    /// The sidecar, with the fenced write of [`record`] on every attempt.
+    Write,
+    /// The control plane: deploy/kubernetes/provisioning-intent-policy.yaml
+    /// adds it in kube-controller-manager's own update of the claim
+    /// (`--admission-intent`). What is left of the fenced write is the
+    /// authoritative check, shared by the claims of a round ([`Freshness`]).
+    /// A claim whose cached copy lacks the intent (the policy not installed,
+    /// failing open, or installed after the claim was handed over) gets the
+    /// fenced write, as in [`IntentMode::Write`].
+    Admission(Freshness),
+}
+
+/// The authoritative check of `cached` before `CreateVolume`, and its durable
+/// intent: a shared freshness round when the intent is the control plane's
+/// and the cached copy shows it, else the fenced write.
+pub async fn confirm(
+    ctx: &Context,
+    cached: &PersistentVolumeClaim,
+) -> Result<Confirmed, ClaimError> {
+    if let IntentMode::Admission(freshness) = &ctx.intent
+        && ClaimView(cached).holds_intent()
+        && freshness.check().await == Fresh::Caught
+    {
+        return Ok(as_cached(ctx, cached));
+    }
+    record(&ctx.client, cached).await
+}
+
+/// What the claim cache, caught up with a round, says of the copy decided on.
+fn as_cached(ctx: &Context, decided: &PersistentVolumeClaim) -> Confirmed {
+    let view = ClaimView(decided);
+    let key = ObjectRef::new(view.name()).within(view.namespace());
+    match ctx.caches.claims.get(&key) {
+        Some(now) if ClaimView(&now.0).uid() == view.uid() => {
+            if ClaimView(&now.0).resource_version() == view.resource_version() {
+                Confirmed::Current(decided.clone())
+            } else {
+                Confirmed::Changed(now.0.clone())
+            }
+        }
+        // Deleted, re-created, or bound and so left out of the cache.
+        _ => Confirmed::Gone,
+    }
 }
 
 /// Writes the intent on `cached`, fenced on its UID and resourceVersion.

@@ -21,11 +21,13 @@ use kube::runtime::{reflector, watcher};
 use serde_json::{Value, json};
 
 use super::decide::fixtures::{ClaimFixture, DRIVER, class};
+use super::intent::IntentMode;
 use super::{ClaimError, ClaimMemory, IntentReleaser};
 use crate::controller::node::Placement;
 use crate::controller::{Caches, Context, VolumeMemory};
 use crate::csi::{CsiClient, DriverCapabilities};
 use crate::keys;
+use crate::kube::fresh::Freshness;
 use crate::kube::slim::{Claim, Pv};
 use crate::kube::{EventRecorder, LeaderGate, Listed};
 use crate::metrics::Metrics;
@@ -133,6 +135,8 @@ fn api(script: Arc<Mutex<Script>>) -> kube::Client {
 /// driver; returns the driver's control client too.
 struct Rig {
     ctx: Arc<Context>,
+    /// Fills the claim cache (for the admission-intent rows).
+    claim_writer: reflector::store::Writer<Claim>,
     script: Arc<Mutex<Script>>,
     driver: DriverControl,
     _dir: tempfile::TempDir,
@@ -177,7 +181,7 @@ impl Rig {
         let (classes, mut writer) = reflector::store();
         writer.apply_watcher_event(&watcher::Event::Apply(class(DRIVER, "Immediate")));
         let (volumes, _) = reflector::store::<Pv>();
-        let (claims, _) = reflector::store::<Claim>();
+        let (claims, claim_writer) = reflector::store::<Claim>();
         let memory = Arc::new(ClaimMemory::new(
             Duration::from_secs(1),
             Duration::from_secs(300),
@@ -199,9 +203,11 @@ impl Rig {
                 volumes,
                 volumes_listed: Listed::done(),
                 claims,
+                claims_progress: Default::default(),
             },
             claims: memory.clone(),
             intents: IntentReleaser::start(client, memory),
+            intent: IntentMode::Write,
             volumes: VolumeMemory::new(Duration::from_secs(1), Duration::from_secs(300)),
             capacity: None,
             clone_releases: tokio::sync::Semaphore::new(1),
@@ -209,6 +215,7 @@ impl Rig {
         };
         Rig {
             ctx: Arc::new(ctx),
+            claim_writer,
             script,
             driver,
             _dir: dir,
@@ -257,6 +264,18 @@ impl Rig {
         };
         self.ctx.recorder.flush(Duration::from_secs(5)).await;
         r
+    }
+
+    /// The control plane makes the intent (`--admission-intent`): rounds of
+    /// one claim suffice here, the claim cache holds `cached`, and it has
+    /// caught up with `reached`.
+    fn admission(&mut self, cached: &PersistentVolumeClaim, reached: u64, min_round: usize) {
+        let progress = self.ctx.caches.claims_progress.clone();
+        let freshness = Freshness::sharing(self.ctx.client.clone(), progress.clone(), min_round);
+        self.ctx_mut().intent = IntentMode::Admission(freshness);
+        self.claim_writer
+            .apply_watcher_event(&watcher::Event::Apply(Claim(cached.clone())));
+        progress.reach(reached);
     }
 
     fn ctx_mut(&mut self) -> &mut Context {
@@ -1161,4 +1180,116 @@ async fn a_cleanup_whose_create_volume_fails_keeps_the_claim_until_it_can_tell()
         assert_eq!(r.is_ok(), released, "{code:?}: {r:?}");
         rig.assert_script_done();
     }
+}
+
+// ---- the intent made by the control plane (`--admission-intent`) ----
+
+const LIST_CLAIMS: &str = "GET persistentvolumeclaims";
+
+/// The answer to a round's consistent list: the collection's version.
+fn collection_at(version: &str) -> Reply {
+    Reply::Object(
+        json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+        "metadata": {"resourceVersion": version}, "items": []}),
+    )
+}
+
+#[tokio::test]
+async fn with_the_intent_from_admission_a_claim_costs_its_pv_and_a_share_of_a_round() {
+    let c = ClaimFixture::ours().intent().0;
+    let mut rig = Rig::basic(vec![
+        (LIST_CLAIMS, collection_at("10")),
+        (post_pv(), created_pv()),
+    ])
+    .await;
+    rig.admission(&c, 10, 1);
+    rig.provision(&c).await.unwrap();
+    rig.assert_script_done();
+    assert!(
+        !rig.seen().iter().any(|r| r.starts_with("PATCH")),
+        "no write of ours on the claim"
+    );
+    assert_eq!(rig.reasons(), ["Provisioning", "ProvisioningSucceeded"]);
+    assert_eq!(rig.backend().await, (1, 1, 0));
+}
+
+#[tokio::test]
+async fn a_round_the_cache_does_not_catch_up_with_falls_back_to_the_fenced_write() {
+    let c = ClaimFixture::ours().intent().0;
+    let mut rig = Rig::basic(vec![
+        (LIST_CLAIMS, collection_at("10")),
+        (PATCH_CLAIM, answer(&c, "7")),
+        (post_pv(), created_pv()),
+    ])
+    .await;
+    // The cache is at 5 and stays there (a stalled watch, a trickle).
+    rig.admission(&c, 5, 1);
+    rig.provision(&c).await.unwrap();
+    rig.assert_script_done();
+    assert_eq!(
+        rig.body(1)["metadata"]["resourceVersion"],
+        "7",
+        "fenced on the copy"
+    );
+    assert_eq!(rig.backend().await, (1, 1, 0));
+}
+
+#[tokio::test]
+async fn a_claim_without_the_intent_in_admission_mode_gets_it_from_the_fenced_write() {
+    // The policy is not installed, failed open, or was removed mid-flight.
+    let c = claim();
+    let mut rig = Rig::basic(vec![
+        (PATCH_CLAIM, answer(&c, "8")),
+        (post_pv(), created_pv()),
+    ])
+    .await;
+    rig.admission(&c, 10, 1);
+    rig.provision(&c).await.unwrap();
+    rig.assert_script_done();
+    assert_eq!(
+        rig.body(0)["metadata"]["finalizers"],
+        json!([keys::FINALIZER_PVC_INTENT]),
+        "the intent is written before CreateVolume"
+    );
+    assert_eq!(rig.backend().await, (1, 1, 0));
+}
+
+#[tokio::test]
+async fn a_claim_the_caught_up_cache_shows_bound_gets_no_volume() {
+    // #124/#1469 without a fenced write: the copy decided on was stale; the
+    // cache, caught up with the round, shows the claim bound since.
+    let c = ClaimFixture::ours().intent().0;
+    let mut now = ClaimFixture::ours().intent().bound().0;
+    now.metadata.resource_version = Some("9".into());
+    let mut rig = Rig::basic(vec![(LIST_CLAIMS, collection_at("10"))]).await;
+    rig.admission(&now, 10, 1);
+    rig.provision(&c).await.unwrap();
+    rig.assert_script_done();
+    assert_eq!(rig.backend().await, (0, 0, 0), "no CreateVolume");
+}
+
+#[tokio::test]
+async fn a_claim_deleted_and_gone_from_the_caught_up_cache_gets_no_volume() {
+    let c = ClaimFixture::ours().intent().0;
+    let mut rig = Rig::basic(vec![(LIST_CLAIMS, collection_at("10"))]).await;
+    let mut other = ClaimFixture::ours().intent().0;
+    other.metadata.uid = Some("another-claim-of-that-name".into());
+    rig.admission(&other, 10, 1);
+    rig.provision(&c).await.unwrap();
+    rig.assert_script_done();
+    assert_eq!(rig.backend().await, (0, 0, 0), "no CreateVolume");
+}
+
+#[tokio::test]
+async fn a_lone_claim_makes_its_fenced_write_at_once_instead_of_a_round() {
+    let c = ClaimFixture::ours().intent().0;
+    let mut rig = Rig::basic(vec![
+        (PATCH_CLAIM, answer(&c, "7")),
+        (post_pv(), created_pv()),
+    ])
+    .await;
+    rig.admission(&c, 10, 2);
+    rig.provision(&c).await.unwrap();
+    rig.assert_script_done();
+    assert_eq!(rig.backend().await, (1, 1, 0));
 }
