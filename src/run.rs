@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,15 +18,17 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::{error, info, warn};
 
-use crate::config::RateLimit;
+use crate::config::{self, Config, Env, LogFormat, RateLimit};
 use crate::controller::claim::{ClaimMemory, IntentReleaser};
 use crate::controller::{Caches, Context, VolumeMemory, capacity, claim, volume};
 use crate::csi::{CsiClient, DriverCapabilities};
+use crate::entry::{self, Command, Signals};
 use crate::http::{HttpServer, LeaderHealth};
 use crate::kube::lease::{Elector, LeaseConfig, lease_name};
 use crate::kube::slim::{Claim, Pv};
 use crate::kube::throttle::{Lane, SharedBucket, ThrottleLayer};
 use crate::kube::{EventRecorder, LeaderGate, Listed};
+use crate::logging;
 use crate::metrics::Metrics;
 use crate::provision::{DriverInfo, ProvisionOptions};
 
@@ -78,8 +81,8 @@ pub enum FatalError {
     Probe(tonic::Status),
     #[error(transparent)]
     Identify(#[from] crate::csi::IdentifyError),
-    #[error("failed to build the Kubernetes client: {0}")]
-    KubeConfig(String),
+    #[error(transparent)]
+    KubeConfig(#[from] crate::kube::client::ClientError),
     #[error("failed to serve HTTP on {addr}: {source}")]
     Http {
         addr: String,
@@ -93,22 +96,108 @@ pub enum FatalError {
     NodeInfo(tonic::Status),
 }
 
-/// The runtime every command of this program runs on: one thread. The
-/// sidecar waits on the network almost all the time, and a single-threaded
-/// runtime spends no CPU on cross-thread wake-ups and keeps one allocator
-/// arena (the benchmark measured about a quarter less CPU per volume than
-/// with the multi-threaded runtime). `None` after saying why it could not be
-/// made.
-pub fn runtime() -> Option<tokio::runtime::Runtime> {
-    match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => Some(r),
-        Err(e) => {
-            crate::console::err(&format!("failed to start the async runtime: {e}\n"));
-            None
+/// The sidecar as a command of [`crate::entry`]: its flags, its logging,
+/// and a stop that never hangs.
+pub struct Sidecar;
+
+impl Command for Sidecar {
+    type Config = Config;
+
+    // Never hang on shutdown: stuck calls get a short grace period.
+    const GRACE: Duration = Duration::from_secs(5);
+
+    fn start(argv: Vec<String>) -> Result<Config, ExitCode> {
+        let args = entry::flags(config::parse_from(argv.clone()))?;
+        if args.version {
+            let program = argv.first().map_or("csi-provisioner", String::as_str);
+            let version = format!("{program} {}\n", env!("CARGO_PKG_VERSION"));
+            return Err(entry::print(&version, ExitCode::SUCCESS));
         }
+        let cfg = Config::from_args(&args, &Env::from_process()).map_err(|e| entry::fail(&e, 1))?;
+        // --log-flush-frequency and --log-*-info-buffer-size are validated but
+        // have nothing to act on: every line is written when it is logged.
+        logging::init(&logging::Options {
+            verbosity: cfg.logging.verbosity,
+            vmodule: cfg.logging.vmodule.clone(),
+            format: match cfg.logging.format {
+                LogFormat::Text => logging::Format::Text,
+                LogFormat::Json => logging::Format::Json,
+            },
+            split_stream: cfg.logging.split_stream,
+        });
+        Ok(cfg)
+    }
+
+    async fn run(cfg: Config) -> ExitCode {
+        let signals = Signals::watch();
+        tokio::spawn(hard_deadline(signals.clone()));
+        match run(run_config(&cfg), signals.stop).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                error!("{e}");
+                entry::fail(&e, 1)
+            }
+        }
+    }
+}
+
+/// After the first signal, a second one or 30 s end the process: in-flight
+/// calls are bounded by --timeout, so a stop that takes longer is stuck.
+async fn hard_deadline(signals: Signals) {
+    signals.stop.cancelled().await;
+    tokio::select! {
+        _ = signals.again.cancelled() => {},
+        _ = tokio::time::sleep(Duration::from_secs(30)) => {
+            error!("shutdown did not finish within 30s; exiting");
+            crate::console::err("shutdown did not finish within 30s; exiting\n");
+        }
+    }
+    std::process::exit(1);
+}
+
+fn run_config(cfg: &Config) -> RunConfig {
+    let p = &cfg.provisioning;
+    RunConfig {
+        csi_socket: cfg.csi_socket.clone(),
+        kubeconfig: cfg.client.kubeconfig.clone(),
+        master: cfg.client.master.clone(),
+        rate_limit: cfg.client.rate_limit,
+        timeout: cfg.timeout,
+        retry_start: p.retry_interval_start,
+        retry_max: p.retry_interval_max,
+        worker_threads: p.worker_threads,
+        cloning_protection_threads: p.cloning_protection_threads,
+        provision: ProvisionOptions {
+            volume_name_prefix: p.volume_name_prefix.clone(),
+            volume_name_uuid_length: p.volume_name_uuid_length.map_or(-1, |n| n as i32),
+            extra_create_metadata: p.extra_create_metadata,
+            default_fstype: p.default_fstype.clone().unwrap_or_default(),
+            controller_publish_readonly: p.controller_publish_readonly,
+            strict_topology: p.strict_topology,
+            immediate_topology: p.immediate_topology,
+            topology_gate: cfg.feature_gates.topology,
+            volume_attributes_class: cfg.feature_gates.volume_attributes_class.unwrap_or(true),
+            prevent_volume_mode_conversion: p.prevent_volume_mode_conversion,
+            cross_namespace_data_source: cfg.feature_gates.cross_namespace_volume_data_source,
+        },
+        discover_volume_attributes_class: cfg.feature_gates.volume_attributes_class.is_none(),
+        snapshot_orphan_sweep_interval: p.snapshot_orphan_sweep_interval,
+        capacity: cfg.capacity.clone(),
+        node_deployment: cfg.node_deployment.clone(),
+        http_endpoint: cfg.http.as_ref().map(|h| h.address.clone()),
+        leader_health: cfg.http.as_ref().is_some_and(|h| h.leader_election_health),
+        metrics_path: cfg
+            .http
+            .as_ref()
+            .map(|h| h.metrics_path.clone())
+            .unwrap_or_else(|| "/metrics".into()),
+        leader_election: cfg.leader_election.as_ref().map(|le| LeaderElection {
+            namespace: le.namespace.clone(),
+            lease_duration: le.lease_duration,
+            renew_deadline: le.renew_deadline,
+            retry_period: le.retry_period,
+            labels: le.labels.clone(),
+        }),
     }
 }
 
@@ -656,50 +745,14 @@ fn drop_managed_fields<K: kube::Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
 }
 
-/// How many API requests one of our clients has in flight at most.
-/// kube-rs speaks HTTP/1.1 (client-go multiplexes one HTTP/2 connection), so
-/// every request in flight is a TLS connection of its own, about 90 KiB each
-/// with its buffers, and `--worker-threads` (100) reconciles would keep a
-/// hundred open. Watches hold a slot only until their response starts.
-const REQUESTS_IN_FLIGHT: usize = 16;
-
 async fn kube_client(
     cfg: &RunConfig,
     throttle: Option<ThrottleLayer>,
 ) -> Result<Client, FatalError> {
-    kube_client_for(cfg.kubeconfig.as_deref(), cfg.master.as_deref(), throttle).await
-}
-
-/// A client from the kubeconfig at `kubeconfig` (in-cluster config without
-/// one), talking to `master` when given, with at most
-/// [`REQUESTS_IN_FLIGHT`] requests in flight and an optional rate limit.
-pub async fn kube_client_for(
-    kubeconfig: Option<&std::path::Path>,
-    master: Option<&str>,
-    throttle: Option<ThrottleLayer>,
-) -> Result<Client, FatalError> {
-    let err = |e: &dyn std::fmt::Display| FatalError::KubeConfig(e.to_string());
-    let mut config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| err(&e))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default())
-                .await
-                .map_err(|e| err(&e))?
-        }
-        None => kube::Config::incluster().map_err(|e| err(&e))?,
-    };
-    if let Some(master) = master {
-        config.cluster_url = master.parse().map_err(|e: http::uri::InvalidUri| err(&e))?;
-    }
-    let builder = kube::client::ClientBuilder::try_from(config)
-        .map_err(|e| err(&e))?
-        .with_layer(&tower::limit::ConcurrencyLimitLayer::new(
-            REQUESTS_IN_FLIGHT,
-        ));
-    Ok(match throttle {
-        None => builder.build(),
-        Some(layer) => builder.with_layer(&layer).build(),
-    })
+    let client =
+        crate::kube::client::build(cfg.kubeconfig.as_deref(), cfg.master.as_deref(), throttle)
+            .await?;
+    Ok(client)
 }
 
 /// A random (version 4) UUID in its usual text form.
@@ -749,69 +802,6 @@ mod tests {
             .await
             .expect("the task must be aborted when its owner is dropped")
             .expect_err("aborted, so its sender is dropped without sending");
-    }
-
-    #[tokio::test]
-    async fn a_client_keeps_at_most_its_limit_of_requests_in_flight() {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        // An API server that holds each request a moment and counts how many
-        // it holds at once.
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let now = Arc::new(AtomicUsize::new(0));
-        let most = Arc::new(AtomicUsize::new(0));
-        let (n, m) = (now.clone(), most.clone());
-        tokio::spawn(async move {
-            loop {
-                let (stream, _) = listener.accept().await.unwrap();
-                let (n, m) = (n.clone(), m.clone());
-                tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |_req| {
-                        let (n, m) = (n.clone(), m.clone());
-                        async move {
-                            m.fetch_max(n.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                            n.fetch_sub(1, Ordering::SeqCst);
-                            Ok::<_, std::convert::Infallible>(hyper::Response::new(
-                                http_body_util::Full::new(hyper::body::Bytes::from("{}")),
-                            ))
-                        }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                        .await;
-                });
-            }
-        });
-        let dir = tempfile::tempdir().unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        std::fs::write(
-            &kubeconfig,
-            format!(
-                "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: 'http://{addr}'}}}}]\n\
-                 users: [{{name: u, user: {{}}}}]\ncontexts: [{{name: x, context: {{cluster: c, user: u}}}}]\n\
-                 current-context: x\n"
-            ),
-        )
-        .unwrap();
-        let client = kube_client_for(Some(&kubeconfig), None, None)
-            .await
-            .unwrap();
-        let requests = (0..3 * REQUESTS_IN_FLIGHT).map(|_| {
-            let client = client.clone();
-            async move {
-                client
-                    .request_text(http::Request::get("/api").body(Vec::new()).unwrap())
-                    .await
-                    .unwrap()
-            }
-        });
-        futures::future::join_all(requests).await;
-        assert_eq!(
-            most.load(Ordering::SeqCst),
-            REQUESTS_IN_FLIGHT,
-            "held at once by the server"
-        );
     }
 
     #[tokio::test]

@@ -11,13 +11,14 @@ mod session;
 use std::collections::{BTreeMap, HashMap};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Parser;
-use tokio_util::sync::CancellationToken;
 
 use crate::console;
 use crate::csi::{CsiClient, DriverCapabilities, pb};
 use crate::duration::format_go_duration;
+use crate::entry::{self, Command, Signals};
 use crate::metrics::Metrics;
 use args::{CheckArgs, Output, Plan};
 use judge::{Answer, CapacitySample, CheckId, DeleteKind, Observed, Outcome};
@@ -27,77 +28,55 @@ use session::{CheckName, Interrupted, Session};
 pub use report::JSON_VERSION;
 pub use session::NAME_PREFIX;
 
-/// Runs `csi-provisioner check ARGS...`; `argv` is the whole command line
-/// (`csi-provisioner`, `check`, flags).
-pub fn main(argv: Vec<String>) -> ExitCode {
-    let flags = argv.into_iter().skip(2);
-    let parsed = CheckArgs::try_parse_from(
-        std::iter::once("csi-provisioner check".to_string()).chain(flags),
-    );
-    let args = match parsed {
-        Ok(a) => a,
-        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => {
-            return print(&e.render().to_string(), ExitCode::SUCCESS);
-        }
-        Err(e) => {
-            console::err(&format!("{}\n", crate::config::error_line(&e)));
-            return ExitCode::from(2);
-        }
-    };
-    let plan = match args.plan() {
-        Ok(p) => p,
-        Err(e) => {
-            console::err(&format!("{e}\n"));
-            return ExitCode::from(2);
-        }
-    };
-    let Some(runtime) = crate::run::runtime() else {
-        return ExitCode::from(1);
-    };
-    let result = runtime.block_on(run(&plan));
-    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
-    match result {
-        Ok(report) => {
-            let text = match plan.output {
-                Output::Text => report.text(),
-                Output::Json => report.json(),
-            };
-            if report.interrupted {
-                console::err(
-                    "check interrupted; the volumes it created are cleaned up (see the report)\n",
-                );
-            }
-            let code = if report.success() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            };
-            print(&text, code)
-        }
-        Err(e) => {
-            console::err(&format!("{e}\n"));
-            ExitCode::from(1)
-        }
-    }
-}
+/// `csi-provisioner check ARGS...`, run by [`crate::entry`].
+pub struct Check;
 
-/// Writes the report; a reader that went away is not an error.
-fn print(text: &str, code: ExitCode) -> ExitCode {
-    match console::out(text) {
-        Ok(()) => code,
-        Err(e) => {
-            console::err(&format!("failed to write to stdout: {e}\n"));
-            ExitCode::from(1)
+impl Command for Check {
+    type Config = Plan;
+
+    const GRACE: Duration = Duration::from_secs(1);
+
+    /// `argv` is the whole command line (`csi-provisioner`, `check`, flags).
+    fn start(argv: Vec<String>) -> Result<Plan, ExitCode> {
+        let flags = argv.into_iter().skip(2);
+        let args = entry::flags(CheckArgs::try_parse_from(
+            std::iter::once("csi-provisioner check".to_string()).chain(flags),
+        ))?;
+        args.plan().map_err(|e| entry::fail(&e, 2))
+    }
+
+    async fn run(plan: Plan) -> ExitCode {
+        let report = match run(&plan).await {
+            Ok(report) => report,
+            Err(e) => return entry::fail(&e, 1),
+        };
+        let text = match plan.output {
+            Output::Text => report.text(),
+            Output::Json => report.json(),
+        };
+        if report.interrupted {
+            console::err(
+                "check interrupted; the volumes it created are cleaned up (see the report)\n",
+            );
         }
+        let code = if report.success() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        };
+        entry::print(&text, code)
     }
 }
 
 /// Connects, runs the checks, cleans up. `Err` only when the driver cannot
 /// be reached at all.
 async fn run(plan: &Plan) -> Result<Report, String> {
-    let stop = CancellationToken::new();
-    let abort_cleanup = CancellationToken::new();
-    tokio::spawn(on_signals(stop.clone(), abort_cleanup.clone()));
+    // The first SIGINT/SIGTERM stops the checks (the cleanup still runs); a
+    // second one stops the cleanup, which then reports what may be left.
+    let Signals {
+        stop,
+        again: abort_cleanup,
+    } = Signals::watch();
 
     let connect = CsiClient::connect(
         &plan.socket,
@@ -326,20 +305,4 @@ async fn checks(s: &mut Session, plan: &Plan, r: &mut Results) -> Result<(), Int
         }),
     );
     Ok(())
-}
-
-/// The first SIGINT/SIGTERM stops the checks (the cleanup still runs); a
-/// second one stops the cleanup, which then reports what may be left.
-async fn on_signals(stop: CancellationToken, abort_cleanup: CancellationToken) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return;
-    };
-    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
-    stop.cancel();
-    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
-    abort_cleanup.cancel();
 }
