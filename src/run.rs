@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::{error, info, warn};
 
-use crate::config::{self, Config, Env, LogFormat, RateLimit};
+use crate::config::{self, Config, Env, RateLimit};
 use crate::controller::claim::{ClaimMemory, IntentReleaser};
 use crate::controller::{Caches, Context, VolumeMemory, capacity, claim, volume};
 use crate::csi::{CsiClient, DriverCapabilities};
@@ -114,17 +114,7 @@ impl Command for Sidecar {
             return Err(entry::print(&version, ExitCode::SUCCESS));
         }
         let cfg = Config::from_args(&args, &Env::from_process()).map_err(|e| entry::fail(&e, 1))?;
-        // --log-flush-frequency and --log-*-info-buffer-size are validated but
-        // have nothing to act on: every line is written when it is logged.
-        logging::init(&logging::Options {
-            verbosity: cfg.logging.verbosity,
-            vmodule: cfg.logging.vmodule.clone(),
-            format: match cfg.logging.format {
-                LogFormat::Text => logging::Format::Text,
-                LogFormat::Json => logging::Format::Json,
-            },
-            split_stream: cfg.logging.split_stream,
-        });
+        logging::init(&cfg.logging);
         Ok(cfg)
     }
 
@@ -169,9 +159,9 @@ fn run_config(cfg: &Config) -> RunConfig {
         cloning_protection_threads: p.cloning_protection_threads,
         provision: ProvisionOptions {
             volume_name_prefix: p.volume_name_prefix.clone(),
-            volume_name_uuid_length: p.volume_name_uuid_length.map_or(-1, |n| n as i32),
+            volume_name_uuid_length: p.volume_name_uuid_length,
             extra_create_metadata: p.extra_create_metadata,
-            default_fstype: p.default_fstype.clone().unwrap_or_default(),
+            default_fstype: p.default_fstype.clone(),
             controller_publish_readonly: p.controller_publish_readonly,
             strict_topology: p.strict_topology,
             immediate_topology: p.immediate_topology,

@@ -172,8 +172,9 @@ pub fn prepare(
     } else {
         fs_type_new
             .or(fs_type_legacy)
+            .or(opts.default_fstype.as_ref())
             .cloned()
-            .unwrap_or_else(|| opts.default_fstype.clone())
+            .unwrap_or_default()
     };
     let mount_flags = class.mount_options.clone().unwrap_or_default();
     let access_type = if block {
@@ -445,7 +446,7 @@ pub(crate) mod tests {
     fn extra_metadata_and_default_fstype() {
         let opts = ProvisionOptions {
             extra_create_metadata: true,
-            default_fstype: "ext3".into(),
+            default_fstype: Some("ext3".into()),
             ..Default::default()
         };
         let p = prepare(&claim(), &class(&[]), &driver(), &opts).unwrap();
