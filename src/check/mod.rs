@@ -195,6 +195,35 @@ async fn checks(s: &mut Session, plan: &Plan, r: &mut Results) -> Result<(), Int
     let caps =
         DriverCapabilities::from_responses(plugin.ok().unwrap_or(&empty_plugin), controller.ok());
 
+    let calls = volume_checks(s, plan, r).await?;
+    r.set(
+        CheckId::CapabilitiesConsistent,
+        judge::capabilities_consistent(&Observed {
+            controller_service: plugin.ok().map(|_| caps.controller_service),
+            create_delete_volume: controller.ok().map(|_| caps.create_delete_volume),
+            controller_answered: controller.ok().is_some(),
+            creates: calls.creates.iter().collect(),
+            deletes: calls.deletes.iter().collect(),
+        }),
+    );
+    Ok(())
+}
+
+/// Every CreateVolume and DeleteVolume answer of the volume checks, which
+/// the capabilities must be consistent with.
+#[derive(Default)]
+struct Calls {
+    creates: Vec<Answer<pb::Volume>>,
+    deletes: Vec<Answer<()>>,
+}
+
+/// CreateVolume of a new name and DeleteVolume of an unknown id; then, if
+/// the create made a volume, the checks that need one.
+async fn volume_checks(
+    s: &mut Session,
+    plan: &Plan,
+    r: &mut Results,
+) -> Result<Calls, Interrupted> {
     let run = session::run_id();
     let name_a = CheckName::new(&run, "a");
     let name_b = CheckName::new(&run, "b");
@@ -206,9 +235,10 @@ async fn checks(s: &mut Session, plan: &Plan, r: &mut Results) -> Result<(), Int
         CheckId::CreateVolume,
         judge::create_volume(name_a.as_str(), &first),
     );
-
-    let mut creates = vec![first.clone()];
-    let mut deletes = Vec::new();
+    let mut calls = Calls {
+        creates: vec![first.clone()],
+        deletes: Vec::new(),
+    };
 
     // DeleteVolume of an unknown id needs no volume of ours.
     let unknown = s.delete(&unknown_id).await?;
@@ -216,71 +246,19 @@ async fn checks(s: &mut Session, plan: &Plan, r: &mut Results) -> Result<(), Int
         CheckId::DeleteUnknown,
         judge::delete(DeleteKind::Unknown, &unknown_id, &unknown),
     );
-    deletes.push(unknown);
+    calls.deletes.push(unknown);
 
     match first.ok().filter(|v| !v.volume_id.is_empty()) {
         Some(volume) => {
-            let again = s.create(&name_a, base.clone()).await?;
-            r.set(
-                CheckId::CreateIdempotent,
-                judge::create_idempotent(volume, &again),
-            );
-            creates.push(again);
-
-            let mut other_request = base.clone();
-            other_request.parameters = plan
-                .other_parameters
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            let other = s.create(&name_a, other_request).await?;
-            r.set(
-                CheckId::CreateOtherParameters,
-                judge::create_other_parameters(volume, &other),
-            );
-            creates.push(other);
-
-            let limit = plan.capacity * 2;
-            let ranged_request =
-                create_request(&name_b, plan, &plan.parameters, plan.capacity, limit);
-            let ranged = s.create(&name_b, ranged_request).await?;
-            r.set(
-                CheckId::Capacity,
-                judge::capacity(&[
-                    CapacitySample {
-                        required: plan.capacity,
-                        limit: 0,
-                        answer: &first,
-                    },
-                    CapacitySample {
-                        required: plan.capacity,
-                        limit,
-                        answer: &ranged,
-                    },
-                ]),
-            );
-            creates.push(ranged);
-
-            let deleted = s.delete(&volume.volume_id).await?;
-            r.set(
-                CheckId::DeleteVolume,
-                judge::delete(DeleteKind::Created, &volume.volume_id, &deleted),
-            );
-            let deleted_ok = matches!(deleted, Answer::Ok(()));
-            deletes.push(deleted);
-            if deleted_ok {
-                let twice = s.delete(&volume.volume_id).await?;
-                r.set(
-                    CheckId::DeleteTwice,
-                    judge::delete(DeleteKind::Again, &volume.volume_id, &twice),
-                );
-                deletes.push(twice);
-            } else {
-                r.set(
-                    CheckId::DeleteTwice,
-                    Outcome::skip("not run: the first DeleteVolume did not succeed"),
-                );
-            }
+            let created = Created {
+                name: &name_a,
+                other_name: &name_b,
+                request: &base,
+                first: &first,
+                volume,
+            };
+            creates_again(s, plan, r, &mut calls, &created).await?;
+            deletes(s, r, &mut calls, &volume.volume_id).await?;
         }
         None => r.skip_all(
             &[
@@ -293,16 +271,101 @@ async fn checks(s: &mut Session, plan: &Plan, r: &mut Results) -> Result<(), Int
             "not run: CreateVolume of a new name did not create a volume",
         ),
     }
+    Ok(calls)
+}
 
+/// The volume the first CreateVolume made, and how it was asked for.
+struct Created<'a> {
+    name: &'a CheckName,
+    /// The name of the ranged create.
+    other_name: &'a CheckName,
+    request: &'a pb::CreateVolumeRequest,
+    first: &'a Answer<pb::Volume>,
+    volume: &'a pb::Volume,
+}
+
+/// The same create again, with other parameters, and with a capacity range.
+async fn creates_again(
+    s: &mut Session,
+    plan: &Plan,
+    r: &mut Results,
+    calls: &mut Calls,
+    created: &Created<'_>,
+) -> Result<(), Interrupted> {
+    let again = s.create(created.name, created.request.clone()).await?;
     r.set(
-        CheckId::CapabilitiesConsistent,
-        judge::capabilities_consistent(&Observed {
-            controller_service: plugin.ok().map(|_| caps.controller_service),
-            create_delete_volume: controller.ok().map(|_| caps.create_delete_volume),
-            controller_answered: controller.ok().is_some(),
-            creates: creates.iter().collect(),
-            deletes: deletes.iter().collect(),
-        }),
+        CheckId::CreateIdempotent,
+        judge::create_idempotent(created.volume, &again),
     );
+    calls.creates.push(again);
+
+    let mut other_request = created.request.clone();
+    other_request.parameters = plan
+        .other_parameters
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let other = s.create(created.name, other_request).await?;
+    r.set(
+        CheckId::CreateOtherParameters,
+        judge::create_other_parameters(created.volume, &other),
+    );
+    calls.creates.push(other);
+
+    let limit = plan.capacity * 2;
+    let ranged_request = create_request(
+        created.other_name,
+        plan,
+        &plan.parameters,
+        plan.capacity,
+        limit,
+    );
+    let ranged = s.create(created.other_name, ranged_request).await?;
+    r.set(
+        CheckId::Capacity,
+        judge::capacity(&[
+            CapacitySample {
+                required: plan.capacity,
+                limit: 0,
+                answer: created.first,
+            },
+            CapacitySample {
+                required: plan.capacity,
+                limit,
+                answer: &ranged,
+            },
+        ]),
+    );
+    calls.creates.push(ranged);
+    Ok(())
+}
+
+/// DeleteVolume of the volume, and again once it is gone.
+async fn deletes(
+    s: &mut Session,
+    r: &mut Results,
+    calls: &mut Calls,
+    volume_id: &str,
+) -> Result<(), Interrupted> {
+    let deleted = s.delete(volume_id).await?;
+    r.set(
+        CheckId::DeleteVolume,
+        judge::delete(DeleteKind::Created, volume_id, &deleted),
+    );
+    let deleted_ok = matches!(deleted, Answer::Ok(()));
+    calls.deletes.push(deleted);
+    if deleted_ok {
+        let twice = s.delete(volume_id).await?;
+        r.set(
+            CheckId::DeleteTwice,
+            judge::delete(DeleteKind::Again, volume_id, &twice),
+        );
+        calls.deletes.push(twice);
+    } else {
+        r.set(
+            CheckId::DeleteTwice,
+            Outcome::skip("not run: the first DeleteVolume did not succeed"),
+        );
+    }
     Ok(())
 }
