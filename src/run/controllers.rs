@@ -24,7 +24,7 @@ use tracing::{info, warn};
 use super::FatalError;
 use super::clients::{Clients, serves_volume_snapshots};
 use super::driver::Driver;
-use super::watch::{cached_stream, drop_managed_fields};
+use super::watch::{Cached, cached_stream, drop_managed_fields};
 use crate::config::CapacityConfig;
 use crate::controller::claim::{ClaimMemory, IntentReleaser};
 use crate::controller::{Caches, Context, VolumeMemory, capacity, claim, snapshot_sweep, volume};
@@ -271,13 +271,7 @@ impl Runner {
         ctx: Arc<C>,
     ) -> impl Future<Output = ()> + Send + 'static + use<K, S, C, R, F, E, P>
     where
-        K: kube::Resource<DynamicType = ()>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
+        K: Cached,
         S: Stream<Item = Result<K, watcher::Error>> + Send + 'static,
         C: Send + Sync + 'static,
         R: FnMut(Arc<K>, Arc<C>) -> F + Send + 'static,

@@ -11,6 +11,30 @@ use tracing::warn;
 
 use crate::kube::Listed;
 
+/// A kind the caches hold: a cluster-wide Kubernetes object the watcher
+/// parses, shared with the reconcilers across tasks.
+pub(super) trait Cached:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Cached for K where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// A watch of every `K` feeding `writer`, each object passed through `trim`
 /// before caching. `managedFields` are often most of an object's bytes and
 /// never read: the slim cache types skip them while parsing, other types drop
@@ -27,14 +51,8 @@ pub(super) fn cached_stream<K, O>(
     mut observe: O,
 ) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + use<K, O>
 where
+    K: Cached,
     O: FnMut(&watcher::Event<K>) + Send + 'static,
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
 {
     let stream = watcher(
         Api::<K>::all(client.clone()),
