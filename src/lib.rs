@@ -9,6 +9,7 @@ pub mod console;
 pub mod controller;
 pub mod csi;
 pub mod duration;
+pub mod entry;
 pub mod http;
 pub mod keys;
 pub mod kube;

@@ -10,23 +10,7 @@ use tracing_subscriber::fmt::writer::{BoxMakeWriter, MakeWriterExt};
 use tracing_subscriber::layer::{Layer, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 
-use crate::config::VModule;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
-    Text,
-    Json,
-}
-
-/// What `init` needs, resolved from the logging flags.
-#[derive(Clone, Debug)]
-pub struct Options {
-    pub verbosity: u8,
-    pub vmodule: Vec<VModule>,
-    pub format: Format,
-    /// Error events to stderr, everything else to stdout (`--log-*-split-stream`).
-    pub split_stream: bool,
-}
+use crate::config::{LogFormat, LoggingConfig, VModule};
 
 /// The tracing level for a klog verbosity.
 pub fn level_for(verbosity: u32) -> Level {
@@ -37,21 +21,30 @@ pub fn level_for(verbosity: u32) -> Level {
     }
 }
 
-pub fn init(options: &Options) {
+/// Installs the process's subscriber as the logging flags say; destructured
+/// in full, so a logging flag added and left unused fails to compile.
+pub fn init(cfg: &LoggingConfig) {
+    let LoggingConfig {
+        verbosity,
+        vmodule,
+        format,
+        // Validated, but with nothing to act on: every line is written when
+        // it is logged.
+        flush_frequency: _,
+        info_buffer_size: _,
+        // Error events to stderr, everything else to stdout.
+        split_stream,
+    } = cfg;
     // Our crate follows -v; dependencies stay quieter unless -v is very high.
-    let deps = if options.verbosity >= 8 {
-        "debug"
-    } else {
-        "warn"
-    };
+    let deps = if *verbosity >= 8 { "debug" } else { "warn" };
     let base = EnvFilter::new(format!(
         "{deps},csi_provisioner={}",
-        level_for(options.verbosity.into())
+        level_for((*verbosity).into())
     ));
     // --vmodule can only raise verbosity, as in klog (which checks -v first).
-    let vmodule = options.vmodule.clone();
+    let vmodule = vmodule.clone();
     let filter = base.or(filter_fn(move |meta| vmodule_enables(&vmodule, meta)));
-    let writer = if options.split_stream {
+    let writer = if *split_stream {
         BoxMakeWriter::new(
             std::io::stderr
                 .with_max_level(Level::ERROR)
@@ -65,9 +58,9 @@ pub fn init(options: &Options) {
     let layer = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(writer);
-    let layer = match options.format {
-        Format::Text => layer.with_filter(filter).boxed(),
-        Format::Json => layer.json().flatten_event(true).with_filter(filter).boxed(),
+    let layer = match format {
+        LogFormat::Text => layer.with_filter(filter).boxed(),
+        LogFormat::Json => layer.json().flatten_event(true).with_filter(filter).boxed(),
     };
     tracing_subscriber::registry().with(layer).init();
 }

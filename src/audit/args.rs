@@ -118,8 +118,8 @@ pub struct AuditConfig {
     pub kubeconfig: Option<PathBuf>,
     pub master: Option<String>,
     pub volume_name_prefix: String,
-    /// As [`crate::provision::volume_name`] takes it: -1 for the whole UID.
-    pub volume_name_uuid_length: i32,
+    /// As [`crate::provision::volume_name`] takes it: `None` for the whole UID.
+    pub volume_name_uuid_length: Option<usize>,
     pub intent_older_than: Duration,
     pub recheck_after: Duration,
     pub output: OutputFormat,
@@ -152,7 +152,7 @@ impl AuditConfig {
         if volume_name_prefix.is_empty() {
             return Err(ConfigError::EmptyVolumeNamePrefix);
         }
-        let uuid_length = volume_name_uuid_length_of(*volume_name_uuid_length)?;
+        let volume_name_uuid_length = volume_name_uuid_length_of(*volume_name_uuid_length)?;
         Ok(AuditConfig {
             csi_socket: csi_socket_path(csi_address)?,
             timeout: *timeout,
@@ -163,7 +163,7 @@ impl AuditConfig {
                 .map(PathBuf::from),
             master: Some(master.clone()).filter(|m| !m.is_empty()),
             volume_name_prefix: volume_name_prefix.clone(),
-            volume_name_uuid_length: uuid_length.map_or(-1, |n| n as i32),
+            volume_name_uuid_length,
             intent_older_than: *intent_older_than,
             recheck_after: *recheck_after,
             output: *output,
@@ -190,7 +190,7 @@ mod tests {
         assert_eq!(c.timeout, Duration::from_secs(10));
         assert_eq!(c.kubeconfig, None);
         assert_eq!(c.volume_name_prefix, "pvc");
-        assert_eq!(c.volume_name_uuid_length, -1);
+        assert_eq!(c.volume_name_uuid_length, None);
         assert_eq!(c.intent_older_than, Duration::from_secs(600));
         assert_eq!(c.recheck_after, Duration::from_secs(5));
         assert_eq!(c.output, OutputFormat::Table);
@@ -219,7 +219,7 @@ mod tests {
         assert_eq!(c.csi_socket, PathBuf::from("/csi/csi.sock"));
         assert_eq!(c.kubeconfig, Some(PathBuf::from("/env/kubeconfig")));
         assert_eq!(c.intent_older_than, Duration::from_secs(5400));
-        assert_eq!(c.volume_name_uuid_length, 16);
+        assert_eq!(c.volume_name_uuid_length, Some(16));
         assert_eq!(c.output, OutputFormat::Json);
         assert_eq!(c.recheck_after, Duration::ZERO);
         let c = config(&["--kubeconfig=/flag/kubeconfig"], &Env::default()).unwrap();
@@ -238,7 +238,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.csi_socket, PathBuf::from("/x.sock"));
         assert_eq!(c.timeout, Duration::from_secs(3));
-        assert_eq!(c.volume_name_uuid_length, -1);
+        assert_eq!(c.volume_name_uuid_length, None);
     }
 
     #[test]

@@ -95,7 +95,7 @@ impl Sources {
         }
         let (info, capabilities) = csi.identify().await?;
         let client =
-            crate::run::kube_client_for(cfg.kubeconfig.as_deref(), cfg.master.as_deref(), None)
+            crate::kube::client::build(cfg.kubeconfig.as_deref(), cfg.master.as_deref(), None)
                 .await
                 .map_err(|e| AuditError::KubeConfig(e.to_string()))?;
         Ok(Sources {

@@ -23,7 +23,7 @@ use crate::provision::{ClaimView, UidInName, uid_in_name};
 pub struct Rules {
     /// The sidecar's `--volume-name-prefix` and `--volume-name-uuid-length`.
     pub volume_name_prefix: String,
-    pub volume_name_uuid_length: i32,
+    pub volume_name_uuid_length: Option<usize>,
     pub intent_older_than: Duration,
 }
 
@@ -437,7 +437,7 @@ mod tests {
     fn rules() -> Rules {
         Rules {
             volume_name_prefix: "pvc".into(),
-            volume_name_uuid_length: -1,
+            volume_name_uuid_length: None,
             intent_older_than: Duration::from_secs(600),
         }
     }
@@ -593,7 +593,7 @@ mod tests {
             )
         };
         let short = Rules {
-            volume_name_uuid_length: 12,
+            volume_name_uuid_length: Some(12),
             ..rules()
         };
         let report = audit(&inv, &short, at("2026-01-01T00:00:00Z"));

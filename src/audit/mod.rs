@@ -9,14 +9,15 @@ pub mod findings;
 pub mod render;
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
 use self::args::{AuditConfig, OutputFormat};
 use self::collect::{AuditError, Sources};
 use self::findings::{Report, Rules};
-use crate::config::{Env, error_line};
-use crate::console;
+use crate::config::Env;
+use crate::entry::{self, Command};
 
 /// Exit status: nothing found.
 pub const EXIT_CLEAN: u8 = 0;
@@ -27,49 +28,41 @@ pub const EXIT_USAGE: u8 = 2;
 /// Exit status: the report has findings.
 pub const EXIT_FINDINGS: u8 = 3;
 
-/// Runs `csi-provisioner audit`; `argv` starts with the program's name,
-/// followed by `audit`.
-pub fn main(argv: Vec<String>) -> ExitCode {
-    let program = argv.first().map_or("csi-provisioner", String::as_str);
-    let name = format!("{program} audit");
-    let args = match args::parse_from(std::iter::once(name).chain(argv.into_iter().skip(2))) {
-        Ok(a) => a,
-        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => {
-            return print(&e.render().to_string(), EXIT_CLEAN);
-        }
-        Err(e) => {
-            console::err(&format!("{}\n", error_line(&e)));
-            return ExitCode::from(EXIT_USAGE);
-        }
-    };
-    let cfg = match AuditConfig::from_args(&args, &Env::from_process()) {
-        Ok(c) => c,
-        Err(e) => {
-            console::err(&format!("{e}\n"));
-            return ExitCode::from(EXIT_USAGE);
-        }
-    };
-    let Some(runtime) = crate::run::runtime() else {
-        return ExitCode::from(EXIT_ERROR);
-    };
-    let report = runtime.block_on(run(&cfg));
-    let report = match report {
-        Ok(r) => r,
-        Err(e) => {
-            console::err(&format!("audit failed: {e}\n"));
-            return ExitCode::from(EXIT_ERROR);
-        }
-    };
-    let text = match cfg.output {
-        OutputFormat::Table => render::table(&report),
-        OutputFormat::Json => render::json(&report),
-    };
-    let code = if report.findings.is_empty() {
-        EXIT_CLEAN
-    } else {
-        EXIT_FINDINGS
-    };
-    print(&text, code)
+/// `csi-provisioner audit`, run by [`crate::entry`]. It takes no signals:
+/// it only reads, so SIGINT or SIGTERM may simply end it.
+pub struct Audit;
+
+impl Command for Audit {
+    type Config = AuditConfig;
+
+    const GRACE: Duration = Duration::from_secs(1);
+
+    /// `argv` starts with the program's name, followed by `audit`.
+    fn start(argv: Vec<String>) -> Result<AuditConfig, ExitCode> {
+        let program = argv.first().map_or("csi-provisioner", String::as_str);
+        let name = format!("{program} audit");
+        let args = entry::flags(args::parse_from(
+            std::iter::once(name).chain(argv.into_iter().skip(2)),
+        ))?;
+        AuditConfig::from_args(&args, &Env::from_process()).map_err(|e| entry::fail(&e, EXIT_USAGE))
+    }
+
+    async fn run(cfg: AuditConfig) -> ExitCode {
+        let report = match run(&cfg).await {
+            Ok(r) => r,
+            Err(e) => return entry::fail(&format!("audit failed: {e}"), EXIT_ERROR),
+        };
+        let text = match cfg.output {
+            OutputFormat::Table => render::table(&report),
+            OutputFormat::Json => render::json(&report),
+        };
+        let code = if report.findings.is_empty() {
+            EXIT_CLEAN
+        } else {
+            EXIT_FINDINGS
+        };
+        entry::print(&text, ExitCode::from(code))
+    }
 }
 
 /// Connects, looks, and when the first look finds something, looks again
@@ -88,16 +81,4 @@ pub async fn run(cfg: &AuditConfig) -> Result<Report, AuditError> {
     tokio::time::sleep(cfg.recheck_after).await;
     let second = findings::audit(&sources.inventory().await?, &rules, Timestamp::now());
     Ok(second.confirming(&first, cfg.recheck_after))
-}
-
-/// Writes `text` to stdout and exits with `code`; a reader that went away
-/// early is no error, any other failure to write is.
-fn print(text: &str, code: u8) -> ExitCode {
-    match console::out(text) {
-        Ok(()) => ExitCode::from(code),
-        Err(e) => {
-            console::err(&format!("failed to write to stdout: {e}\n"));
-            ExitCode::from(EXIT_ERROR)
-        }
-    }
 }

@@ -11,13 +11,14 @@ mod session;
 use std::collections::{BTreeMap, HashMap};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Parser;
-use tokio_util::sync::CancellationToken;
 
 use crate::console;
 use crate::csi::{CsiClient, DriverCapabilities, pb};
 use crate::duration::format_go_duration;
+use crate::entry::{self, Command, Signals};
 use crate::metrics::Metrics;
 use args::{CheckArgs, Output, Plan};
 use judge::{Answer, CapacitySample, CheckId, DeleteKind, Observed, Outcome};
@@ -27,77 +28,55 @@ use session::{CheckName, Interrupted, Session};
 pub use report::JSON_VERSION;
 pub use session::NAME_PREFIX;
 
-/// Runs `csi-provisioner check ARGS...`; `argv` is the whole command line
-/// (`csi-provisioner`, `check`, flags).
-pub fn main(argv: Vec<String>) -> ExitCode {
-    let flags = argv.into_iter().skip(2);
-    let parsed = CheckArgs::try_parse_from(
-        std::iter::once("csi-provisioner check".to_string()).chain(flags),
-    );
-    let args = match parsed {
-        Ok(a) => a,
-        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => {
-            return print(&e.render().to_string(), ExitCode::SUCCESS);
-        }
-        Err(e) => {
-            console::err(&format!("{}\n", crate::config::error_line(&e)));
-            return ExitCode::from(2);
-        }
-    };
-    let plan = match args.plan() {
-        Ok(p) => p,
-        Err(e) => {
-            console::err(&format!("{e}\n"));
-            return ExitCode::from(2);
-        }
-    };
-    let Some(runtime) = crate::run::runtime() else {
-        return ExitCode::from(1);
-    };
-    let result = runtime.block_on(run(&plan));
-    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
-    match result {
-        Ok(report) => {
-            let text = match plan.output {
-                Output::Text => report.text(),
-                Output::Json => report.json(),
-            };
-            if report.interrupted {
-                console::err(
-                    "check interrupted; the volumes it created are cleaned up (see the report)\n",
-                );
-            }
-            let code = if report.success() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            };
-            print(&text, code)
-        }
-        Err(e) => {
-            console::err(&format!("{e}\n"));
-            ExitCode::from(1)
-        }
-    }
-}
+/// `csi-provisioner check ARGS...`, run by [`crate::entry`].
+pub struct Check;
 
-/// Writes the report; a reader that went away is not an error.
-fn print(text: &str, code: ExitCode) -> ExitCode {
-    match console::out(text) {
-        Ok(()) => code,
-        Err(e) => {
-            console::err(&format!("failed to write to stdout: {e}\n"));
-            ExitCode::from(1)
+impl Command for Check {
+    type Config = Plan;
+
+    const GRACE: Duration = Duration::from_secs(1);
+
+    /// `argv` is the whole command line (`csi-provisioner`, `check`, flags).
+    fn start(argv: Vec<String>) -> Result<Plan, ExitCode> {
+        let flags = argv.into_iter().skip(2);
+        let args = entry::flags(CheckArgs::try_parse_from(
+            std::iter::once("csi-provisioner check".to_string()).chain(flags),
+        ))?;
+        args.plan().map_err(|e| entry::fail(&e, 2))
+    }
+
+    async fn run(plan: Plan) -> ExitCode {
+        let report = match run(&plan).await {
+            Ok(report) => report,
+            Err(e) => return entry::fail(&e, 1),
+        };
+        let text = match plan.output {
+            Output::Text => report.text(),
+            Output::Json => report.json(),
+        };
+        if report.interrupted {
+            console::err(
+                "check interrupted; the volumes it created are cleaned up (see the report)\n",
+            );
         }
+        let code = if report.success() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        };
+        entry::print(&text, code)
     }
 }
 
 /// Connects, runs the checks, cleans up. `Err` only when the driver cannot
 /// be reached at all.
 async fn run(plan: &Plan) -> Result<Report, String> {
-    let stop = CancellationToken::new();
-    let abort_cleanup = CancellationToken::new();
-    tokio::spawn(on_signals(stop.clone(), abort_cleanup.clone()));
+    // The first SIGINT/SIGTERM stops the checks (the cleanup still runs); a
+    // second one stops the cleanup, which then reports what may be left.
+    let Signals {
+        stop,
+        again: abort_cleanup,
+    } = Signals::watch();
 
     let connect = CsiClient::connect(
         &plan.socket,
@@ -216,6 +195,35 @@ async fn checks(s: &mut Session, plan: &Plan, r: &mut Results) -> Result<(), Int
     let caps =
         DriverCapabilities::from_responses(plugin.ok().unwrap_or(&empty_plugin), controller.ok());
 
+    let calls = volume_checks(s, plan, r).await?;
+    r.set(
+        CheckId::CapabilitiesConsistent,
+        judge::capabilities_consistent(&Observed {
+            controller_service: plugin.ok().map(|_| caps.controller_service),
+            create_delete_volume: controller.ok().map(|_| caps.create_delete_volume),
+            controller_answered: controller.ok().is_some(),
+            creates: calls.creates.iter().collect(),
+            deletes: calls.deletes.iter().collect(),
+        }),
+    );
+    Ok(())
+}
+
+/// Every CreateVolume and DeleteVolume answer of the volume checks, which
+/// the capabilities must be consistent with.
+#[derive(Default)]
+struct Calls {
+    creates: Vec<Answer<pb::Volume>>,
+    deletes: Vec<Answer<()>>,
+}
+
+/// CreateVolume of a new name and DeleteVolume of an unknown id; then, if
+/// the create made a volume, the checks that need one.
+async fn volume_checks(
+    s: &mut Session,
+    plan: &Plan,
+    r: &mut Results,
+) -> Result<Calls, Interrupted> {
     let run = session::run_id();
     let name_a = CheckName::new(&run, "a");
     let name_b = CheckName::new(&run, "b");
@@ -227,9 +235,10 @@ async fn checks(s: &mut Session, plan: &Plan, r: &mut Results) -> Result<(), Int
         CheckId::CreateVolume,
         judge::create_volume(name_a.as_str(), &first),
     );
-
-    let mut creates = vec![first.clone()];
-    let mut deletes = Vec::new();
+    let mut calls = Calls {
+        creates: vec![first.clone()],
+        deletes: Vec::new(),
+    };
 
     // DeleteVolume of an unknown id needs no volume of ours.
     let unknown = s.delete(&unknown_id).await?;
@@ -237,71 +246,19 @@ async fn checks(s: &mut Session, plan: &Plan, r: &mut Results) -> Result<(), Int
         CheckId::DeleteUnknown,
         judge::delete(DeleteKind::Unknown, &unknown_id, &unknown),
     );
-    deletes.push(unknown);
+    calls.deletes.push(unknown);
 
     match first.ok().filter(|v| !v.volume_id.is_empty()) {
         Some(volume) => {
-            let again = s.create(&name_a, base.clone()).await?;
-            r.set(
-                CheckId::CreateIdempotent,
-                judge::create_idempotent(volume, &again),
-            );
-            creates.push(again);
-
-            let mut other_request = base.clone();
-            other_request.parameters = plan
-                .other_parameters
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            let other = s.create(&name_a, other_request).await?;
-            r.set(
-                CheckId::CreateOtherParameters,
-                judge::create_other_parameters(volume, &other),
-            );
-            creates.push(other);
-
-            let limit = plan.capacity * 2;
-            let ranged_request =
-                create_request(&name_b, plan, &plan.parameters, plan.capacity, limit);
-            let ranged = s.create(&name_b, ranged_request).await?;
-            r.set(
-                CheckId::Capacity,
-                judge::capacity(&[
-                    CapacitySample {
-                        required: plan.capacity,
-                        limit: 0,
-                        answer: &first,
-                    },
-                    CapacitySample {
-                        required: plan.capacity,
-                        limit,
-                        answer: &ranged,
-                    },
-                ]),
-            );
-            creates.push(ranged);
-
-            let deleted = s.delete(&volume.volume_id).await?;
-            r.set(
-                CheckId::DeleteVolume,
-                judge::delete(DeleteKind::Created, &volume.volume_id, &deleted),
-            );
-            let deleted_ok = matches!(deleted, Answer::Ok(()));
-            deletes.push(deleted);
-            if deleted_ok {
-                let twice = s.delete(&volume.volume_id).await?;
-                r.set(
-                    CheckId::DeleteTwice,
-                    judge::delete(DeleteKind::Again, &volume.volume_id, &twice),
-                );
-                deletes.push(twice);
-            } else {
-                r.set(
-                    CheckId::DeleteTwice,
-                    Outcome::skip("not run: the first DeleteVolume did not succeed"),
-                );
-            }
+            let created = Created {
+                name: &name_a,
+                other_name: &name_b,
+                request: &base,
+                first: &first,
+                volume,
+            };
+            creates_again(s, plan, r, &mut calls, &created).await?;
+            deletes(s, r, &mut calls, &volume.volume_id).await?;
         }
         None => r.skip_all(
             &[
@@ -314,32 +271,101 @@ async fn checks(s: &mut Session, plan: &Plan, r: &mut Results) -> Result<(), Int
             "not run: CreateVolume of a new name did not create a volume",
         ),
     }
+    Ok(calls)
+}
 
+/// The volume the first CreateVolume made, and how it was asked for.
+struct Created<'a> {
+    name: &'a CheckName,
+    /// The name of the ranged create.
+    other_name: &'a CheckName,
+    request: &'a pb::CreateVolumeRequest,
+    first: &'a Answer<pb::Volume>,
+    volume: &'a pb::Volume,
+}
+
+/// The same create again, with other parameters, and with a capacity range.
+async fn creates_again(
+    s: &mut Session,
+    plan: &Plan,
+    r: &mut Results,
+    calls: &mut Calls,
+    created: &Created<'_>,
+) -> Result<(), Interrupted> {
+    let again = s.create(created.name, created.request.clone()).await?;
     r.set(
-        CheckId::CapabilitiesConsistent,
-        judge::capabilities_consistent(&Observed {
-            controller_service: plugin.ok().map(|_| caps.controller_service),
-            create_delete_volume: controller.ok().map(|_| caps.create_delete_volume),
-            controller_answered: controller.ok().is_some(),
-            creates: creates.iter().collect(),
-            deletes: deletes.iter().collect(),
-        }),
+        CheckId::CreateIdempotent,
+        judge::create_idempotent(created.volume, &again),
     );
+    calls.creates.push(again);
+
+    let mut other_request = created.request.clone();
+    other_request.parameters = plan
+        .other_parameters
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let other = s.create(created.name, other_request).await?;
+    r.set(
+        CheckId::CreateOtherParameters,
+        judge::create_other_parameters(created.volume, &other),
+    );
+    calls.creates.push(other);
+
+    let limit = plan.capacity * 2;
+    let ranged_request = create_request(
+        created.other_name,
+        plan,
+        &plan.parameters,
+        plan.capacity,
+        limit,
+    );
+    let ranged = s.create(created.other_name, ranged_request).await?;
+    r.set(
+        CheckId::Capacity,
+        judge::capacity(&[
+            CapacitySample {
+                required: plan.capacity,
+                limit: 0,
+                answer: created.first,
+            },
+            CapacitySample {
+                required: plan.capacity,
+                limit,
+                answer: &ranged,
+            },
+        ]),
+    );
+    calls.creates.push(ranged);
     Ok(())
 }
 
-/// The first SIGINT/SIGTERM stops the checks (the cleanup still runs); a
-/// second one stops the cleanup, which then reports what may be left.
-async fn on_signals(stop: CancellationToken, abort_cleanup: CancellationToken) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return;
-    };
-    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
-    stop.cancel();
-    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
-    abort_cleanup.cancel();
+/// DeleteVolume of the volume, and again once it is gone.
+async fn deletes(
+    s: &mut Session,
+    r: &mut Results,
+    calls: &mut Calls,
+    volume_id: &str,
+) -> Result<(), Interrupted> {
+    let deleted = s.delete(volume_id).await?;
+    r.set(
+        CheckId::DeleteVolume,
+        judge::delete(DeleteKind::Created, volume_id, &deleted),
+    );
+    let deleted_ok = matches!(deleted, Answer::Ok(()));
+    calls.deletes.push(deleted);
+    if deleted_ok {
+        let twice = s.delete(volume_id).await?;
+        r.set(
+            CheckId::DeleteTwice,
+            judge::delete(DeleteKind::Again, volume_id, &twice),
+        );
+        calls.deletes.push(twice);
+    } else {
+        r.set(
+            CheckId::DeleteTwice,
+            Outcome::skip("not run: the first DeleteVolume did not succeed"),
+        );
+    }
+    Ok(())
 }

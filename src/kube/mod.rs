@@ -1,6 +1,7 @@
 //! The small Kubernetes helpers the reconcilers need: authoritative reads,
 //! fenced finalizer patches, event recording, and the slim PV we cache.
 
+pub mod client;
 mod events;
 mod finalizers;
 pub mod fresh;

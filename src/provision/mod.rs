@@ -27,9 +27,12 @@ use crate::keys;
 #[derive(Clone, Debug)]
 pub struct ProvisionOptions {
     pub volume_name_prefix: String,
-    pub volume_name_uuid_length: i32,
+    /// `None`: the whole claim UID; `Some(n)`: its first `n` characters,
+    /// dashes removed (`--volume-name-uuid-length`).
+    pub volume_name_uuid_length: Option<usize>,
     pub extra_create_metadata: bool,
-    pub default_fstype: String,
+    /// `None`: fsType stays unset when the StorageClass has none.
+    pub default_fstype: Option<String>,
     pub controller_publish_readonly: bool,
     /// `--strict-topology`: late binding uses only the selected node's topology.
     pub strict_topology: bool,
@@ -52,9 +55,9 @@ impl Default for ProvisionOptions {
     fn default() -> Self {
         ProvisionOptions {
             volume_name_prefix: "pvc".into(),
-            volume_name_uuid_length: -1,
+            volume_name_uuid_length: None,
             extra_create_metadata: false,
-            default_fstype: String::new(),
+            default_fstype: None,
             controller_publish_readonly: false,
             strict_topology: false,
             immediate_topology: true,

@@ -5,21 +5,26 @@
 
 use super::ProvisionError;
 
-/// `<prefix>-<uid>` with `uuid_length == -1`; otherwise the UID without dashes,
-/// cut to `uuid_length` characters. Config validation keeps `uuid_length` in
-/// `-1 | 1..=32`; longer values are clamped rather than panicking.
-pub fn volume_name(prefix: &str, uid: &str, uuid_length: i32) -> Result<String, ProvisionError> {
+/// `<prefix>-<uid>` without `uuid_length` (`--volume-name-uuid-length=-1`);
+/// otherwise the UID without dashes, cut to `uuid_length` characters. Config
+/// validation keeps `uuid_length` in `1..=32`; longer values are clamped
+/// rather than panicking.
+pub fn volume_name(
+    prefix: &str,
+    uid: &str,
+    uuid_length: Option<usize>,
+) -> Result<String, ProvisionError> {
     if prefix.is_empty() {
         return Err(ProvisionError::EmptyVolumeNamePrefix);
     }
     if uid.is_empty() {
         return Err(ProvisionError::ClaimWithoutUid);
     }
-    if uuid_length < 0 {
+    let Some(uuid_length) = uuid_length else {
         return Ok(format!("{prefix}-{uid}"));
-    }
+    };
     let compact: String = uid.chars().filter(|c| *c != '-').collect();
-    let n = (uuid_length as usize).min(compact.len());
+    let n = uuid_length.min(compact.len());
     Ok(format!("{prefix}-{}", &compact[..n]))
 }
 
@@ -56,15 +61,14 @@ impl UidInName {
 /// a driver's volume ID that embeds the `CreateVolume` name
 /// (`projects/p/disks/pvc-<uid>`, `vol-7-pvc-<uid>`). The name must stand on
 /// its own: neither side may run on into letters or digits.
-pub fn uid_in_name(text: &str, prefix: &str, uuid_length: i32) -> Option<UidInName> {
+pub fn uid_in_name(text: &str, prefix: &str, uuid_length: Option<usize>) -> Option<UidInName> {
     if prefix.is_empty() {
         return None;
     }
     let lead = format!("{prefix}-");
-    let (len, whole) = if uuid_length < 0 {
-        (36, true)
-    } else {
-        ((uuid_length as usize).min(32), false)
+    let (len, whole) = match uuid_length {
+        None => (36, true),
+        Some(n) => (n.min(32), false),
     };
     text.match_indices(&lead).find_map(|(at, _)| {
         let before = text[..at].chars().next_back();
@@ -110,11 +114,11 @@ mod tests {
 
     #[test]
     fn names_follow_upstream_rules() {
-        let table: [(&str, i32, &str); 4] = [
-            ("pvc", -1, "pvc-0a1b2c3d-4e5f-6789-abcd-ef0123456789"),
-            ("pvc", 8, "pvc-0a1b2c3d"),
-            ("vol", 32, "vol-0a1b2c3d4e5f6789abcdef0123456789"),
-            ("vol", 40, "vol-0a1b2c3d4e5f6789abcdef0123456789"),
+        let table: [(&str, Option<usize>, &str); 4] = [
+            ("pvc", None, "pvc-0a1b2c3d-4e5f-6789-abcd-ef0123456789"),
+            ("pvc", Some(8), "pvc-0a1b2c3d"),
+            ("vol", Some(32), "vol-0a1b2c3d4e5f6789abcdef0123456789"),
+            ("vol", Some(40), "vol-0a1b2c3d4e5f6789abcdef0123456789"),
         ];
         for (prefix, len, want) in table {
             assert_eq!(volume_name(prefix, UID, len).unwrap(), want);
@@ -124,25 +128,25 @@ mod tests {
     #[test]
     fn same_uid_same_name() {
         assert_eq!(
-            volume_name("pvc", UID, -1).unwrap(),
-            volume_name("pvc", UID, -1).unwrap()
+            volume_name("pvc", UID, None).unwrap(),
+            volume_name("pvc", UID, None).unwrap()
         );
     }
 
     #[test]
     fn empty_prefix_or_uid_is_an_error() {
         assert!(matches!(
-            volume_name("", UID, -1),
+            volume_name("", UID, None),
             Err(ProvisionError::EmptyVolumeNamePrefix)
         ));
         assert!(matches!(
-            volume_name("pvc", "", -1),
+            volume_name("pvc", "", None),
             Err(ProvisionError::ClaimWithoutUid)
         ));
     }
     #[test]
     fn the_uid_is_read_back_from_a_name_or_an_id_that_embeds_it() {
-        for len in [-1, 8, 32] {
+        for len in [None, Some(8), Some(32)] {
             let name = volume_name("pvc", UID, len).unwrap();
             for text in [
                 name.clone(),
@@ -156,33 +160,33 @@ mod tests {
             }
         }
         assert_eq!(
-            uid_in_name(&format!("pvc-{UID}"), "pvc", -1),
+            uid_in_name(&format!("pvc-{UID}"), "pvc", None),
             Some(UidInName::Whole(UID.into()))
         );
         assert_eq!(
-            uid_in_name("pvc-0a1b2c3d", "pvc", 8),
+            uid_in_name("pvc-0a1b2c3d", "pvc", Some(8)),
             Some(UidInName::Start("0a1b2c3d".into()))
         );
     }
 
     #[test]
     fn text_that_only_looks_like_a_name_carries_no_uid() {
-        let table: [(&str, &str, i32); 8] = [
-            ("vol-000001-1a2b3c4d", "pvc", -1),
-            ("pvc-not-a-uid", "pvc", -1),
+        let table: [(&str, &str, Option<usize>); 8] = [
+            ("vol-000001-1a2b3c4d", "pvc", None),
+            ("pvc-not-a-uid", "pvc", None),
             // Runs on into more characters on either side.
-            ("xpvc-0a1b2c3d-4e5f-6789-abcd-ef0123456789", "pvc", -1),
-            ("pvc-0a1b2c3d-4e5f-6789-abcd-ef0123456789a", "pvc", -1),
-            ("pvc-0a1b2c3d4", "pvc", 8),
-            ("pvc-0a1b2c3", "pvc", 8),
-            ("pvc-0a1b2c3g", "pvc", 8),
-            ("vol-0a1b2c3d-4e5f-6789-abcd-ef0123456789", "pvc", -1),
+            ("xpvc-0a1b2c3d-4e5f-6789-abcd-ef0123456789", "pvc", None),
+            ("pvc-0a1b2c3d-4e5f-6789-abcd-ef0123456789a", "pvc", None),
+            ("pvc-0a1b2c3d4", "pvc", Some(8)),
+            ("pvc-0a1b2c3", "pvc", Some(8)),
+            ("pvc-0a1b2c3g", "pvc", Some(8)),
+            ("vol-0a1b2c3d-4e5f-6789-abcd-ef0123456789", "pvc", None),
         ];
         for (text, prefix, len) in table {
             assert_eq!(uid_in_name(text, prefix, len), None, "{text}");
         }
         // A later occurrence is still found after one that does not fit.
         let text = format!("pvc-x/pvc-{UID}");
-        assert!(uid_in_name(&text, "pvc", -1).unwrap().matches(UID));
+        assert!(uid_in_name(&text, "pvc", None).unwrap().matches(UID));
     }
 }

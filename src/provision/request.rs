@@ -166,7 +166,7 @@ pub fn plan(
     let fs_type = match (block, fs_type_param) {
         (true, _) => String::new(),
         (false, Some(t)) => t,
-        (false, None) => opts.default_fstype.clone(),
+        (false, None) => opts.default_fstype.clone().unwrap_or_default(),
     };
     let volume_capabilities = capabilities(
         &spec.access_modes.clone().unwrap_or_default(),
@@ -538,7 +538,7 @@ pub(crate) mod tests {
     fn extra_metadata_and_default_fstype() {
         let opts = ProvisionOptions {
             extra_create_metadata: true,
-            default_fstype: "ext3".into(),
+            default_fstype: Some("ext3".into()),
             ..Default::default()
         };
         let p = plan(&claim(), &class(&[]), &driver(), &opts).unwrap();

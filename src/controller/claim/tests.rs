@@ -145,7 +145,7 @@ struct Rig {
 const UID: &str = "11111111-2222-3333-4444-555555555555";
 
 fn pv_name() -> String {
-    volume_name("pvc", UID, -1).unwrap()
+    volume_name("pvc", UID, None).unwrap()
 }
 
 impl Rig {

@@ -1,0 +1,112 @@
+//! The sidecar's API clients and its rate limit: `--kube-api-qps/-burst` as
+//! one token bucket shared by two lanes (work, and the background's events
+//! and tidying), an unthrottled client for the Lease, and the capacity
+//! client with a limit of its own; plus what start-up asks discovery.
+
+use std::path::PathBuf;
+
+use kube::Client;
+use tracing::{info, warn};
+
+use super::FatalError;
+use crate::config::{ClientConfig, RateLimit};
+use crate::kube::client;
+use crate::kube::throttle::{Lane, SharedBucket, ThrottleLayer};
+
+/// The two lanes of one rate limit, and where further clients come from.
+pub(super) struct Clients {
+    /// Watches and every step of provisioning and deletion.
+    pub work: Client,
+    /// Events and intent releases: a token only while no work request waits.
+    pub background: Client,
+    kubeconfig: Option<PathBuf>,
+    master: Option<String>,
+}
+
+impl Clients {
+    pub(super) async fn new(cfg: ClientConfig) -> Result<Clients, FatalError> {
+        let ClientConfig {
+            master,
+            kubeconfig,
+            rate_limit,
+        } = cfg;
+        let bucket = bucket(rate_limit);
+        let lane = |lane| bucket.as_ref().map(|b| b.layer(lane));
+        let build = |throttle| build(kubeconfig.as_ref(), master.as_deref(), throttle);
+        let work = build(lane(Lane::Work)).await?;
+        let background = build(lane(Lane::Background)).await?;
+        Ok(Clients {
+            work,
+            background,
+            kubeconfig,
+            master,
+        })
+    }
+
+    /// The Lease's client: never throttled by provisioning work.
+    pub(super) async fn unthrottled(&self) -> Result<Client, FatalError> {
+        build(self.kubeconfig.as_ref(), self.master.as_deref(), None).await
+    }
+
+    /// A client with a token bucket of its own (capacity tracking's:
+    /// `--kube-api-capacity-qps/-burst`).
+    pub(super) async fn limited(&self, rate_limit: RateLimit) -> Result<Client, FatalError> {
+        let throttle = bucket(rate_limit).map(|b| b.layer(Lane::Work));
+        build(self.kubeconfig.as_ref(), self.master.as_deref(), throttle).await
+    }
+}
+
+async fn build(
+    kubeconfig: Option<&PathBuf>,
+    master: Option<&str>,
+    throttle: Option<ThrottleLayer>,
+) -> Result<Client, FatalError> {
+    Ok(client::build(kubeconfig.map(PathBuf::as_path), master, throttle).await?)
+}
+
+fn bucket(rate_limit: RateLimit) -> Option<SharedBucket> {
+    match rate_limit {
+        RateLimit::Unlimited => None,
+        RateLimit::TokenBucket { qps, burst } => Some(SharedBucket::new(qps, burst)),
+    }
+}
+
+/// Whether discovery of `snapshot.storage.k8s.io/v1` lists VolumeSnapshot
+/// (the CRDs are installed); a failed discovery counts as no.
+pub(super) async fn serves_volume_snapshots(client: &Client) -> bool {
+    match client
+        .list_api_group_resources("snapshot.storage.k8s.io/v1")
+        .await
+    {
+        Ok(list) => list.resources.iter().any(|r| r.kind == "VolumeSnapshot"),
+        Err(e) => {
+            info!(error = %e, "snapshot.storage.k8s.io/v1 is not served: no snapshot sweep");
+            false
+        }
+    }
+}
+
+/// Whether discovery of `storage.k8s.io/v1` lists VolumeAttributesClass: the
+/// feature gate when the command line does not set it. A failed discovery
+/// leaves the gate on (upstream turns it off only when discovery succeeds
+/// without the kind).
+pub(super) async fn serves_volume_attributes_class(client: &Client) -> bool {
+    match client.list_api_group_resources("storage.k8s.io/v1").await {
+        Ok(list) => {
+            let served = list
+                .resources
+                .iter()
+                .any(|r| r.kind == "VolumeAttributesClass");
+            if !served {
+                info!(
+                    "the API server does not serve storage.k8s.io/v1 VolumeAttributesClass: feature gate VolumeAttributesClass off"
+                );
+            }
+            served
+        }
+        Err(e) => {
+            warn!(error = %e, "discovery of storage.k8s.io/v1 failed; keeping VolumeAttributesClass on");
+            true
+        }
+    }
+}

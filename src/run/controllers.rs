@@ -1,0 +1,519 @@
+//! The controllers and what they run on: the caches, the context the
+//! reconcilers share, the claim and volume controllers built the one way
+//! ([`Runner::controller`]), and the tasks beside them (the snapshot-source
+//! sweep, capacity tracking), each a task of its own.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::OptionFuture;
+use futures::{FutureExt, Stream, StreamExt};
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::Client;
+use kube::runtime::controller::Action;
+use kube::runtime::{Controller, controller, reflector, watcher};
+use prometheus_client::registry::Registry;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
+use tracing::{info, warn};
+
+use super::FatalError;
+use super::clients::{Clients, serves_volume_snapshots};
+use super::driver::Driver;
+use super::watch::{Cached, cached_stream, drop_managed_fields};
+use crate::config::CapacityConfig;
+use crate::controller::claim::intent::IntentMode;
+use crate::controller::claim::{ClaimMemory, IntentReleaser};
+use crate::controller::{Caches, Context, VolumeMemory, capacity, claim, snapshot_sweep, volume};
+use crate::kube::fresh::Freshness;
+use crate::kube::slim::{Claim, Pv};
+use crate::kube::watch::Progress;
+use crate::kube::{EventRecorder, LeaderGate, Listed};
+use crate::metrics::Metrics;
+use crate::provision::{DriverInfo, ProvisionOptions};
+
+/// How the controllers are paced: `--worker-threads`, `--retry-interval-*`,
+/// `--cloning-protection-threads`, `--snapshot-orphan-sweep-interval`.
+pub(super) struct Tuning {
+    pub workers: usize,
+    pub retry_start: Duration,
+    pub retry_max: Duration,
+    pub cloning_protection_threads: usize,
+    pub snapshot_sweep: Option<Duration>,
+    /// `--admission-intent`.
+    pub admission_intent: bool,
+}
+
+/// What the reconcilers are built from, once the Lease is held.
+pub(super) struct Parts {
+    pub driver: Driver,
+    pub clients: Clients,
+    pub options: ProvisionOptions,
+    pub tuning: Tuning,
+    pub capacity: Option<Capacity>,
+    pub metrics: Arc<Metrics>,
+    pub gate: LeaderGate,
+    pub host: String,
+}
+
+/// The controllers started: the context they share, the StorageClass watch,
+/// and the work to run while leading (ends after a graceful stop).
+pub(super) struct Started<W> {
+    pub ctx: Arc<Context>,
+    pub classes: JoinHandle<()>,
+    pub work: W,
+}
+
+/// Builds the caches and the controllers, and returns once the classes are
+/// known (claims are judged by their class) or `stop` fired.
+pub(super) async fn start(
+    parts: Parts,
+    stop: &CancellationToken,
+) -> Started<impl Future<Output = ()> + use<>> {
+    let Parts {
+        driver,
+        clients,
+        options,
+        tuning,
+        capacity,
+        metrics,
+        gate,
+        host,
+    } = parts;
+    let (classes, class_writer) = reflector::store();
+    let (claims, claim_writer) = reflector::store();
+    let claims_progress = Progress::default();
+    let (volumes, volume_writer) = reflector::store();
+    let classes_listed = Listed::default();
+    let class_watch = class_watch(&clients.work, class_writer, classes_listed.clone());
+    let caches = Caches {
+        classes,
+        volumes,
+        volumes_listed: Listed::default(),
+        claims,
+        claims_progress,
+    };
+    let shared = Shared {
+        options,
+        metrics: metrics.clone(),
+        gate,
+        host,
+        capacity: capacity.as_ref().map(|c| c.trigger.clone()),
+    };
+    let ctx = context(driver, &clients, &tuning, shared, caches);
+
+    let runner = Runner::new(tuning.workers, &metrics, stop);
+    let claims = runner.controller(
+        "claims",
+        claim_watch(&ctx, claim_writer),
+        claim::reconcile,
+        claim::error_policy,
+        ctx.clone(),
+    );
+    let volumes = runner.controller(
+        "volumes",
+        volume_watch(&ctx, volume_writer),
+        volume::reconcile,
+        volume::error_policy,
+        ctx.clone(),
+    );
+
+    // Classes must be known before claims are judged; wait for the first list.
+    let classes = tokio::spawn(class_watch);
+    tokio::select! {
+        _ = classes_listed.wait() => {}
+        _ = stop.cancelled() => {}
+    }
+    info!("started");
+
+    // Each controller is a task of its own: kube-runtime polls every
+    // reconcile in flight (up to --worker-threads) whenever its task wakes, so
+    // sharing one task would make every PV event poll the claim reconciles
+    // too, and the other way round. Dropped (a lost Lease), they are aborted.
+    let sweep = sweep(&ctx, tuning.snapshot_sweep, &clients.work, stop).await;
+    let tracker = capacity.map(|c| own_task(c.run(ctx.clone(), stop.clone())));
+    let work = futures::future::join4(
+        own_task(claims),
+        own_task(volumes),
+        sweep,
+        OptionFuture::from(tracker),
+    )
+    .map(|_| ());
+    Started { ctx, classes, work }
+}
+
+/// What the context takes besides the driver, the clients and the caches.
+struct Shared {
+    options: ProvisionOptions,
+    metrics: Arc<Metrics>,
+    gate: LeaderGate,
+    host: String,
+    /// Capacity tracking's poke.
+    capacity: Option<Arc<Notify>>,
+}
+
+/// The context every reconciler shares.
+fn context(
+    driver: Driver,
+    clients: &Clients,
+    tuning: &Tuning,
+    shared: Shared,
+    caches: Caches,
+) -> Arc<Context> {
+    let Driver { csi, info, place } = driver;
+    let intent = if tuning.admission_intent {
+        IntentMode::Admission(Freshness::start(
+            clients.work.clone(),
+            caches.claims_progress.clone(),
+        ))
+    } else {
+        IntentMode::Write
+    };
+    let claims = Arc::new(ClaimMemory::new(tuning.retry_start, tuning.retry_max));
+    // Upstream's event source: `<driver>_<hostname>_<uuid>`, no host.
+    let component = format!("{}_{}_{}", info.name, shared.host, random_uuid());
+    info!(%component, "recording events");
+    Arc::new(Context {
+        client: clients.work.clone(),
+        csi,
+        recorder: EventRecorder::new(clients.background.clone(), &component, ""),
+        driver: info,
+        options: shared.options,
+        metrics: shared.metrics,
+        leader: shared.gate,
+        caches,
+        claims: claims.clone(),
+        intents: IntentReleaser::start(clients.background.clone(), claims),
+        intent,
+        volumes: VolumeMemory::new(tuning.retry_start, tuning.retry_max),
+        capacity: shared.capacity,
+        clone_releases: tokio::sync::Semaphore::new(tuning.cloning_protection_threads.max(1)),
+        place,
+    })
+}
+
+/// StorageClasses, whole but for their managedFields: the cache is all
+/// there is of them (no controller), `listed` once the first list is in.
+fn class_watch(
+    client: &Client,
+    writer: reflector::store::Writer<StorageClass>,
+    listed: Listed,
+) -> impl Future<Output = ()> + Send + use<> {
+    cached_stream::<StorageClass, _>(
+        client,
+        writer,
+        listed,
+        Progress::default(),
+        drop_managed_fields,
+        |_| true,
+        |_| {},
+    )
+    .for_each(|_| async {})
+}
+
+/// Claims, in the claim cache: only those with work left, trimmed; a
+/// deleted claim is forgotten.
+fn claim_watch(
+    ctx: &Arc<Context>,
+    writer: reflector::store::Writer<Claim>,
+) -> Watched<impl Stream<Item = Result<Claim, watcher::Error>> + Send + use<>, Claim> {
+    let memory = ctx.claims.clone();
+    let store = writer.as_reader();
+    let stream = cached_stream::<Claim, _>(
+        &ctx.client,
+        writer,
+        Listed::default(),
+        ctx.caches.claims_progress.clone(),
+        claim::trim,
+        claim::cached,
+        move |event| claim::forget_deleted(&memory, event),
+    );
+    Watched { stream, store }
+}
+
+/// PVs, in their slim shape; a deleted PV is forgotten.
+fn volume_watch(
+    ctx: &Arc<Context>,
+    writer: reflector::store::Writer<Pv>,
+) -> Watched<impl Stream<Item = Result<Pv, watcher::Error>> + Send + use<>, Pv> {
+    let store = writer.as_reader();
+    let forget = ctx.clone();
+    let stream = cached_stream::<Pv, _>(
+        &ctx.client,
+        writer,
+        ctx.caches.volumes_listed.clone(),
+        Progress::default(),
+        Pv::trim,
+        |_| true,
+        move |event| volume::forget_deleted(&forget.volumes, event),
+    );
+    Watched { stream, store }
+}
+
+/// A cached watch: what triggers the reconciles, and the store they read.
+pub(super) struct Watched<S, K: kube::Resource<DynamicType = ()> + Clone + 'static> {
+    stream: S,
+    store: reflector::Store<K>,
+}
+
+/// How every controller runs: `--worker-threads` reconciles at once, counted
+/// as upstream's work queues, stopped gracefully by `stop`.
+struct Runner {
+    config: controller::Config,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+}
+
+impl Runner {
+    fn new(workers: usize, metrics: &Arc<Metrics>, stop: &CancellationToken) -> Runner {
+        Runner {
+            config: controller::Config::default().concurrency(workers as u16),
+            metrics: metrics.clone(),
+            stop: stop.clone(),
+        }
+    }
+
+    /// The controller of `watched`: `reconcile` for each object it triggers,
+    /// `error_policy` after each failure, measured as the work queue `queue`
+    /// (upstream's name, as the workqueue_* metrics label it). Runs until its
+    /// graceful shutdown ends, or until stopped before its first list.
+    fn controller<K, S, C, R, F, E, P>(
+        &self,
+        queue: &str,
+        watched: Watched<S, K>,
+        reconcile: R,
+        error_policy: P,
+        ctx: Arc<C>,
+    ) -> impl Future<Output = ()> + Send + 'static + use<K, S, C, R, F, E, P>
+    where
+        K: Cached,
+        S: Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+        C: Send + Sync + 'static,
+        R: FnMut(Arc<K>, Arc<C>) -> F + Send + 'static,
+        F: Future<Output = Result<Action, E>> + Send + 'static,
+        E: std::error::Error + Send + 'static,
+        P: Fn(Arc<K>, &E, Arc<C>) -> Action + Send + Sync + 'static,
+    {
+        let queue = self.metrics.work_queue(queue);
+        let shutdown = self.stop.clone();
+        let Watched { stream, store } = watched;
+        let controller = Controller::for_stream(stream, store.clone())
+            .with_config(self.config.clone())
+            .graceful_shutdown_on(async move { shutdown.cancelled().await })
+            .run(
+                queue.reconciler(reconcile),
+                queue.error_policy(error_policy),
+                ctx,
+            )
+            .for_each(|_| async {});
+        until_done_or_stopped_unready(controller, store, self.stop.clone())
+    }
+}
+
+/// Capacity tracking, set up before anything else runs: its own client, the
+/// owner of its objects, its gauges, and the poke the reconcilers give it.
+pub(super) struct Capacity {
+    config: CapacityConfig,
+    client: Client,
+    owner: Option<OwnerReference>,
+    gauges: capacity::Gauges,
+    trigger: Arc<Notify>,
+}
+
+impl Capacity {
+    /// Capacity tracking has a client of its own (upstream:
+    /// `--kube-api-capacity-qps/-burst`), and finds the owner of its objects
+    /// before anything else, fatal on errors as upstream.
+    pub(super) async fn prepare(
+        config: CapacityConfig,
+        clients: &Clients,
+        driver: &DriverInfo,
+        registry: &mut Registry,
+    ) -> Result<Capacity, FatalError> {
+        let client = clients.limited(config.rate_limit).await?;
+        capacity::probe(&client, &config.namespace).await?;
+        let owner = match &config.owner {
+            None => None,
+            Some(o) => Some(capacity::owner(&client, &config.namespace, o).await?),
+        };
+        if !driver.capabilities.get_capacity {
+            warn!(
+                "--enable-capacity: the driver does not report the GET_CAPACITY capability; GetCapacity calls will fail"
+            );
+        }
+        Ok(Capacity {
+            config,
+            client,
+            owner,
+            gauges: capacity::Gauges::register(registry),
+            trigger: Arc::new(Notify::new()),
+        })
+    }
+
+    async fn run(self, ctx: Arc<Context>, stop: CancellationToken) {
+        let managed_by = crate::capacity::managed_by(ctx.place.node().map(|n| n.name.as_str()));
+        let tracker = capacity::Tracker {
+            ctx,
+            client: self.client,
+            config: self.config,
+            owner: self.owner,
+            gauges: self.gauges,
+            trigger: self.trigger,
+            managed_by,
+        };
+        capacity::run(tracker, stop).await
+    }
+}
+
+/// The orphan sweep of snapshot source protection, as upstream only when the
+/// driver restores snapshots and the API server serves them.
+async fn sweep(
+    ctx: &Arc<Context>,
+    every: Option<Duration>,
+    client: &Client,
+    stop: &CancellationToken,
+) -> OptionFuture<impl Future<Output = ()> + use<>> {
+    let every = match every {
+        Some(every)
+            if ctx.driver.capabilities.create_delete_snapshot
+                && serves_volume_snapshots(client).await =>
+        {
+            every
+        }
+        _ => return None.into(),
+    };
+    info!(?every, "sweeping orphaned snapshot source protection");
+    Some(own_task(snapshot_sweep::run(
+        ctx.clone(),
+        every,
+        stop.clone(),
+    )))
+    .into()
+}
+
+/// Runs `work` as a task of its own, aborted when the returned future is
+/// dropped; a panic in it is a panic of the caller, as if it ran inline.
+async fn own_task(work: impl Future<Output = ()> + Send + 'static) {
+    match AbortOnDropHandle::new(tokio::spawn(work)).await {
+        Ok(()) => {}
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // Cancelled: only by a runtime shutting down (an abort drops this future first).
+        Err(_) => {}
+    }
+}
+
+/// Runs a controller until it finishes its graceful shutdown, or until `stop`
+/// fires while its cache has not finished the first list. kube-runtime holds
+/// every reconcile until the cache is ready, and its graceful shutdown cuts
+/// the watch stream that would make it ready, so a controller stopped that
+/// early never ends on its own. Nothing ran in it, so dropping it is safe.
+async fn until_done_or_stopped_unready<K>(
+    controller: impl Future<Output = ()>,
+    store: reflector::Store<K>,
+    stop: CancellationToken,
+) where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    let stopped_unready = async {
+        stop.cancelled().await;
+        if !matches!(store.wait_until_ready().now_or_never(), Some(Ok(()))) {
+            return;
+        }
+        std::future::pending::<()>().await
+    };
+    tokio::select! {
+        _ = controller => {}
+        _ = stopped_unready => info!("stopped before the first list finished"),
+    }
+}
+
+/// A random (version 4) UUID in its usual text form.
+fn random_uuid() -> String {
+    let mut b: [u8; 16] = rand::random();
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    #[tokio::test]
+    async fn a_controller_task_dropped_is_aborted() {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = own_task(async move {
+            let _keep = tx;
+            std::future::pending::<()>().await
+        });
+        // Polled once, so the task is spawned; then dropped, as a lost Lease does.
+        assert!(futures::poll!(Box::pin(task)).is_pending());
+        tokio::time::timeout(Duration::from_secs(5), rx)
+            .await
+            .expect("the task must be aborted when its owner is dropped")
+            .expect_err("aborted, so its sender is dropped without sending");
+    }
+
+    #[tokio::test]
+    async fn a_panic_in_a_controller_task_is_the_callers() {
+        let caught = tokio::spawn(own_task(async { panic!("boom") })).await;
+        let payload = caught
+            .expect_err("the panic must reach the caller")
+            .into_panic();
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&"boom"));
+    }
+
+    #[tokio::test]
+    async fn a_controller_stopped_before_its_first_list_ends_at_once() {
+        let (store, _writer) = reflector::store::<ConfigMap>();
+        let stop = CancellationToken::new();
+        stop.cancel();
+        // The controller itself would never end (kube-runtime holds it until
+        // the cache is ready, which cannot happen any more).
+        let ended = tokio::time::timeout(
+            Duration::from_secs(5),
+            until_done_or_stopped_unready(std::future::pending(), store, stop),
+        )
+        .await;
+        assert!(
+            ended.is_ok(),
+            "a stop before the first list must end the run"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_ready_controller_is_left_to_finish_its_graceful_shutdown() {
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let stop = CancellationToken::new();
+        stop.cancel();
+        let (finish, finished) = tokio::sync::oneshot::channel::<()>();
+        let run = tokio::spawn(until_done_or_stopped_unready(
+            async {
+                let _ = finished.await;
+            },
+            store,
+            stop,
+        ));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!run.is_finished(), "in-flight work must not be cut off");
+        finish.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), run)
+            .await
+            .expect("ends once the controller does")
+            .unwrap();
+    }
+}
