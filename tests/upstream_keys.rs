@@ -58,7 +58,10 @@ fn module_dirs() -> Vec<PathBuf> {
 fn go_literals(dir: &Path, out: &mut Vec<String>) {
     for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
         let path = entry.expect("a directory entry").path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
         if path.is_dir() {
             if name != "vendor" && name != "testdata" {
                 go_literals(&path, out);

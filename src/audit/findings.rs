@@ -697,6 +697,45 @@ mod tests {
         );
     }
 
+    /// A PV of the in-tree EBS plugin, as the sidecar saves one for a claim of
+    /// an in-tree class migrated to `ebs.csi.aws.com`.
+    fn in_tree_pv(name: &str, uid: &str, volume_id: &str, phase: &str) -> PersistentVolume {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "uid": uid, "annotations": {
+                keys::ANN_PROVISIONED_BY: "kubernetes.io/aws-ebs",
+                keys::ANN_MIGRATED_TO: "ebs.csi.aws.com"}},
+            "spec": {"awsElasticBlockStore": {"volumeID": volume_id, "fsType": "ext4"},
+                     "persistentVolumeReclaimPolicy": "Delete",
+                     "claimRef": {"namespace": "ns", "name": "data"}},
+            "status": {"phase": phase}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_migrated_in_tree_persistent_volume_points_to_its_translated_volume() {
+        // The driver lists EBS volume ids; the in-tree PVs name them as the
+        // in-tree plugin did, `aws://<zone>/<id>` or bare.
+        let pvs = vec![
+            in_tree_pv("pvc-a", "u1", "aws://us-east-1a/vol-0abc", "Bound"),
+            in_tree_pv("pvc-b", "u2", "vol-0def", "Bound"),
+        ];
+        let inv = Inventory {
+            driver: "ebs.csi.aws.com".into(),
+            ..inventory(&["vol-0abc"], pvs.clone(), pvs, vec![])
+        };
+        let report = audit(&inv, &rules(), at("2026-01-01T00:00:00Z"));
+        assert_eq!(
+            report.findings,
+            vec![Finding::MissingVolume {
+                persistent_volume: "pvc-b".into(),
+                volume_handle: "vol-0def".into(),
+                phase: Some("Bound".into()),
+                claim: Some("ns/data".into()),
+            }]
+        );
+    }
+
     fn intent_claim(
         name: &str,
         uid: &str,
