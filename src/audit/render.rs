@@ -3,7 +3,7 @@
 
 use super::findings::{ClaimSeen, Finding, InProgress, Report};
 use crate::duration::format_go_duration;
-use crate::provision::quantity::format_bytes;
+use crate::quantity::format_bytes;
 
 /// The report as one pretty-printed JSON document, newline-terminated.
 pub fn json(report: &Report) -> String {

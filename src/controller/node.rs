@@ -29,7 +29,8 @@ use super::claim::decide::{Work, work_for};
 use super::{Backoff, Context};
 use crate::keys;
 use crate::kube::is_conflict;
-use crate::provision::{ClaimView, quantity};
+use crate::provision::ClaimView;
+use crate::quantity;
 
 /// This replica's node: its name (`NODE_NAME`) and what the driver's
 /// `NodeGetInfo` said about it.
