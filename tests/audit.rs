@@ -19,13 +19,13 @@ use csi_provisioner::keys;
 use csi_test_driver::GrpcCode;
 use csi_test_driver::control::Fault;
 use csi_test_driver::ledger::Ledger;
-use csi_test_driver::process::{DriverOptions, DriverProcess, binary_path};
+use csi_test_driver::process::DriverProcess;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use support::{DEADLINE, PvFixture, Rig, cluster, k8s_keys, wait_for, workspace_bin};
+use support::{DEADLINE, PvFixture, Rig, cluster, driver_named, k8s_keys, wait_for, workspace_bin};
 use tokio::sync::OnceCell;
 
 const AUDIT_RBAC: &str = "deploy/kubernetes/audit-rbac.yaml";
@@ -552,17 +552,7 @@ async fn a_migrated_in_tree_persistent_volume_points_to_its_volume() {
     // A driver that calls itself `ebs.csi.aws.com` (the migration test may run one too, and
     // make in-tree PVs of its own meanwhile: only this test's objects are looked at).
     let cluster = cluster().await;
-    let dir = tempfile::tempdir().unwrap();
-    let driver = DriverProcess::start(
-        &binary_path().expect("csi-test-driver binary"),
-        dir.path(),
-        &DriverOptions {
-            drivername: MIGRATED_DRIVER.into(),
-            ..DriverOptions::default()
-        },
-    )
-    .await
-    .expect("starting the test driver");
+    let (_dir, driver) = driver_named(MIGRATED_DRIVER, None).await;
     let control = driver.control().await.expect("driver control");
     let kept = volume_on(&driver, &format!("pvc-{}", random_uid())).await;
     let lost = volume_on(&driver, &format!("pvc-{}", random_uid())).await;
