@@ -1,6 +1,6 @@
 //! CSI migration, as upstream does it through csi-translation-lib: an in-tree plugin's
 //! classes and PVs in its CSI driver's terms and back. One file per plugin behind one
-//! table ([`PLUGINS`]); the steps all plugins share are here and in the files below.
+//! table (`PLUGINS`); the steps all plugins share are here and in the files below.
 
 use k8s_openapi::api::core::v1::{CSIPersistentVolumeSource, PersistentVolume};
 use k8s_openapi::api::storage::v1::StorageClass;
