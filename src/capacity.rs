@@ -10,7 +10,7 @@ use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 
-use crate::provision::quantity;
+use crate::quantity;
 
 /// Label of every object: the driver it reports on.
 pub const LABEL_DRIVER: &str = "csi.storage.k8s.io/drivername";

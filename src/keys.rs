@@ -1,6 +1,8 @@
 //! Every annotation, label, finalizer and parameter key the sidecar reads or
-//! writes, in one place. Values match upstream external-provisioner exactly so
-//! the two can replace each other on a live cluster.
+//! writes, and the names of the in-tree plugins migrated to CSI drivers, in one
+//! place (the bottom layer: every other module may read it, it reads none).
+//! Values match upstream external-provisioner exactly so the two can replace
+//! each other on a live cluster.
 
 /// PVC annotation naming the provisioner that should provision it (set by kube-controller-manager).
 pub const ANN_STORAGE_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
@@ -72,3 +74,51 @@ pub const ANN_ALLOW_VOLUME_MODE_CHANGE: &str =
 /// Put on a claim before a volume is cloned from it; removed by the claim
 /// controller once the claim is deleted and no pending clone names it.
 pub const FINALIZER_CLONE_SOURCE: &str = "provisioner.storage.kubernetes.io/cloning-protection";
+
+/// The zone and region labels of nodes and PVs: GA, and the beta spelling the
+/// in-tree plugins wrote (a migrated GCE PD's zone is read from the latter).
+pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
+pub const LABEL_REGION: &str = "topology.kubernetes.io/region";
+pub const LABEL_ZONE_BETA: &str = "failure-domain.beta.kubernetes.io/zone";
+pub const LABEL_REGION_BETA: &str = "failure-domain.beta.kubernetes.io/region";
+
+/// PV annotation: the RBD CSI driver's handle of a migrated RBD volume.
+pub const ANN_RBD_VOLUME_HANDLE: &str = "rbd.csi.ceph.com/volume-handle";
+/// PV annotation: the resource group of a migrated Azure File share.
+pub const ANN_AZURE_FILE_RESOURCE_GROUP: &str = "kubernetes.io/azure-file-resource-group";
+
+/// In-tree volume plugins (a StorageClass's provisioner, a migrated PV's
+/// `provisioned-by`) and the CSI driver each was migrated to, as
+/// csi-translation-lib names them (RBD as it did until Kubernetes 1.31).
+/// `provision::migration` has one file for each.
+pub const PLUGIN_AWS_EBS: &str = "kubernetes.io/aws-ebs";
+pub const DRIVER_AWS_EBS: &str = "ebs.csi.aws.com";
+pub const PLUGIN_GCE_PD: &str = "kubernetes.io/gce-pd";
+pub const DRIVER_GCE_PD: &str = "pd.csi.storage.gke.io";
+pub const PLUGIN_AZURE_DISK: &str = "kubernetes.io/azure-disk";
+pub const DRIVER_AZURE_DISK: &str = "disk.csi.azure.com";
+pub const PLUGIN_AZURE_FILE: &str = "kubernetes.io/azure-file";
+pub const DRIVER_AZURE_FILE: &str = "file.csi.azure.com";
+pub const PLUGIN_CINDER: &str = "kubernetes.io/cinder";
+pub const DRIVER_CINDER: &str = "cinder.csi.openstack.org";
+pub const PLUGIN_VSPHERE: &str = "kubernetes.io/vsphere-volume";
+pub const DRIVER_VSPHERE: &str = "csi.vsphere.vmware.com";
+pub const PLUGIN_PORTWORX: &str = "kubernetes.io/portworx-volume";
+pub const DRIVER_PORTWORX: &str = "pxd.portworx.com";
+pub const PLUGIN_RBD: &str = "kubernetes.io/rbd";
+pub const DRIVER_RBD: &str = "rbd.csi.ceph.com";
+
+/// Every `(in-tree plugin, CSI driver)` pair above, in csi-translation-lib's
+/// order: what the CSI client needs to know whether its driver is a migration
+/// target (the `migrated` metric label); `provision::migration`'s table of
+/// plugins is checked against it.
+pub const MIGRATED_PLUGINS: [(&str, &str); 8] = [
+    (PLUGIN_AWS_EBS, DRIVER_AWS_EBS),
+    (PLUGIN_GCE_PD, DRIVER_GCE_PD),
+    (PLUGIN_AZURE_DISK, DRIVER_AZURE_DISK),
+    (PLUGIN_AZURE_FILE, DRIVER_AZURE_FILE),
+    (PLUGIN_CINDER, DRIVER_CINDER),
+    (PLUGIN_VSPHERE, DRIVER_VSPHERE),
+    (PLUGIN_PORTWORX, DRIVER_PORTWORX),
+    (PLUGIN_RBD, DRIVER_RBD),
+];

@@ -16,4 +16,5 @@ pub mod kube;
 pub mod logging;
 pub mod metrics;
 pub mod provision;
+pub mod quantity;
 pub mod run;

@@ -1,7 +1,8 @@
 //! `csi-provisioner audit` end to end: each kind of finding made for real with the test
 //! driver and the control plane (a volume no PersistentVolume points to, a PersistentVolume
 //! whose volume the backend lost, a claim stuck holding the provisioning intent), a clean
-//! cluster, a driver without LIST_VOLUMES, the recheck, and the exit codes.
+//! cluster, a driver without LIST_VOLUMES, the recheck, in-tree PersistentVolumes of a migrated
+//! plugin, and the exit codes.
 //!
 //! Every audit runs under deploy/kubernetes/audit-rbac.yaml, as the ServiceAccount of that
 //! file (a real token): an identity that can only list, so an audit that tried to write would
@@ -18,12 +19,13 @@ use csi_provisioner::keys;
 use csi_test_driver::GrpcCode;
 use csi_test_driver::control::Fault;
 use csi_test_driver::ledger::Ledger;
+use csi_test_driver::process::DriverProcess;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use support::{DEADLINE, PvFixture, Rig, cluster, k8s_keys, wait_for, workspace_bin};
+use support::{DEADLINE, PvFixture, Rig, cluster, driver_named, k8s_keys, wait_for, workspace_bin};
 use tokio::sync::OnceCell;
 
 const AUDIT_RBAC: &str = "deploy/kubernetes/audit-rbac.yaml";
@@ -140,7 +142,12 @@ async fn read_only_kubeconfig() -> &'static Path {
 
 /// Runs `csi-provisioner audit` against the rig's driver as the read-only identity.
 async fn audit(rig: &Rig, args: &[&str]) -> Output {
-    audit_command(rig, args)
+    audit_of(&rig.driver, args).await
+}
+
+/// Runs `csi-provisioner audit` against `driver` as the read-only identity.
+async fn audit_of(driver: &DriverProcess, args: &[&str]) -> Output {
+    audit_command_for(driver, args)
         .await
         .output()
         .await
@@ -148,10 +155,14 @@ async fn audit(rig: &Rig, args: &[&str]) -> Output {
 }
 
 async fn audit_command(rig: &Rig, args: &[&str]) -> tokio::process::Command {
+    audit_command_for(&rig.driver, args).await
+}
+
+async fn audit_command_for(driver: &DriverProcess, args: &[&str]) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(workspace_bin("csi-provisioner"));
     command
         .arg("audit")
-        .arg(format!("--csi-address={}", rig.driver.csi_address()))
+        .arg(format!("--csi-address={}", driver.csi_address()))
         .arg(format!(
             "--kubeconfig={}",
             read_only_kubeconfig().await.display()
@@ -200,7 +211,12 @@ fn writes(ledger: &Ledger) -> (u64, u64, usize) {
 /// `CreateVolume(name)` sent straight to the driver, as a provisioner that never saved a
 /// PersistentVolume would have; returns the volume ID.
 async fn backend_volume(rig: &Rig, name: &str) -> String {
-    let channel = csi_proto::connect_unix(&rig.driver.endpoint)
+    volume_on(&rig.driver, name).await
+}
+
+/// `CreateVolume(name)` sent straight to `driver`; returns the volume ID.
+async fn volume_on(driver: &DriverProcess, name: &str) -> String {
+    let channel = csi_proto::connect_unix(&driver.endpoint)
         .await
         .expect("connecting to the driver");
     let mut controller = pb::controller_client::ControllerClient::new(channel);
@@ -512,6 +528,87 @@ async fn each_kind_of_finding_is_reported_and_nothing_is_changed() {
 
     tidy(&rig, &["stuck", "kept"], &[&kept_pv_name]).await;
     rig.cleanup().await;
+}
+
+/// A PersistentVolume of the in-tree EBS plugin as the sidecar saves it for a claim of an
+/// in-tree class migrated to `ebs.csi.aws.com`: the volume is named the in-tree way.
+fn in_tree_ebs_pv(name: &str, volume_id: &str) -> PersistentVolume {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "annotations": {
+            keys::ANN_PROVISIONED_BY: "kubernetes.io/aws-ebs",
+            keys::ANN_MIGRATED_TO: MIGRATED_DRIVER}},
+        "spec": {"awsElasticBlockStore": {"volumeID": volume_id, "fsType": "ext4"},
+                 "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "persistentVolumeReclaimPolicy": "Retain"}
+    }))
+    .expect("an in-tree PersistentVolume")
+}
+
+/// The CSI driver the in-tree `kubernetes.io/aws-ebs` plugin was migrated to.
+const MIGRATED_DRIVER: &str = "ebs.csi.aws.com";
+
+#[tokio::test]
+async fn a_migrated_in_tree_persistent_volume_points_to_its_volume() {
+    // A driver that calls itself `ebs.csi.aws.com` (the migration test may run one too, and
+    // make in-tree PVs of its own meanwhile: only this test's objects are looked at).
+    let cluster = cluster().await;
+    let (_dir, driver) = driver_named(MIGRATED_DRIVER, None).await;
+    let control = driver.control().await.expect("driver control");
+    let kept = volume_on(&driver, &format!("pvc-{}", random_uid())).await;
+    let lost = volume_on(&driver, &format!("pvc-{}", random_uid())).await;
+    control.lose_volume(&lost).await.unwrap();
+    let volumes: Api<PersistentVolume> = Api::all(cluster.client.clone());
+    let kept_pv = support::unique_name("audit-in-tree");
+    let lost_pv = support::unique_name("audit-in-tree-lost");
+    for (name, id) in [
+        (&kept_pv, format!("aws://us-east-1a/{kept}")),
+        (&lost_pv, lost.clone()),
+    ] {
+        volumes
+            .create(&PostParams::default(), &in_tree_ebs_pv(name, &id))
+            .await
+            .expect("creating the in-tree PersistentVolume");
+        wait_for("the PersistentVolume to be Available", DEADLINE, || async {
+            let pv = volumes
+                .get(name)
+                .await
+                .expect("reading the PersistentVolume");
+            match pv.status.and_then(|s| s.phase) {
+                Some(phase) if phase == "Available" => Ok(()),
+                other => Err(other),
+            }
+        })
+        .await;
+    }
+
+    let output = audit_of(&driver, &["--recheck-after=0s", "--output=json"]).await;
+    // Gone before anything is asserted: no other test's audit of this driver name finds them.
+    for name in [&kept_pv, &lost_pv] {
+        let _ = volumes.delete(name, &DeleteParams::default()).await;
+    }
+    assert_eq!(code(&output), FINDINGS, "{output:?}");
+    let report = json_report(&output);
+    assert_eq!(report["driver"], MIGRATED_DRIVER);
+    assert!(
+        !findings_of(&report, "orphanedVolume")
+            .iter()
+            .any(|f| f["volumeId"] == kept.as_str()),
+        "the volume of an in-tree PersistentVolume reported as orphaned: {report:#}"
+    );
+    let missing: Vec<&Value> = findings_of(&report, "missingVolume")
+        .into_iter()
+        .filter(|f| {
+            f["persistentVolume"] == kept_pv.as_str() || f["persistentVolume"] == lost_pv.as_str()
+        })
+        .collect();
+    assert_eq!(
+        missing,
+        vec![
+            &json!({"kind": "missingVolume", "persistentVolume": lost_pv,
+                     "volumeHandle": lost, "phase": "Available", "claim": null})
+        ],
+        "{report:#}"
+    );
 }
 
 /// Waits until the `n`th `ListVolumes` call has arrived and a call is hung: that one (the

@@ -10,14 +10,13 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
-use csi_test_driver::process::{DriverOptions, DriverProcess, binary_path};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use support::{
-    ChildProcess, DEADLINE, PvcFixture, StorageClassFixture, TestNamespace, cluster, free_address,
-    unique_name, wait_for,
+    ChildProcess, DEADLINE, PvcFixture, StorageClassFixture, TestNamespace, cluster, driver_named,
+    free_address, unique_name, wait_for,
 };
 
 /// A migrated plugin: its CSI driver, its in-tree name, the class parameters of the scenario.
@@ -116,34 +115,9 @@ fn tail(sidecar: &ChildProcess) -> String {
     lines[lines.len().saturating_sub(15)..].join("\n")
 }
 
-/// A test driver that calls itself `name`, in a directory of its own.
-async fn start_driver(name: &str) -> (tempfile::TempDir, DriverProcess) {
-    start_driver_in(name, None).await
-}
-
-/// A test driver that calls itself `name` and reports `topology` for its volumes.
-async fn start_driver_in(
-    name: &str,
-    topology: Option<(&str, &str)>,
-) -> (tempfile::TempDir, DriverProcess) {
-    let dir = tempfile::tempdir().unwrap();
-    let driver = DriverProcess::start(
-        &binary_path().expect("csi-test-driver binary"),
-        dir.path(),
-        &DriverOptions {
-            drivername: name.into(),
-            topology: topology.map(|(k, v)| (k.to_string(), v.to_string())),
-            ..DriverOptions::default()
-        },
-    )
-    .await
-    .expect("starting the test driver");
-    (dir, driver)
-}
-
 async fn scenario(plugin: &Plugin, who: Sidecar) -> Observed {
     let cluster = cluster().await;
-    let (_dir, driver) = start_driver_in(plugin.driver, plugin.topology).await;
+    let (_dir, driver) = driver_named(plugin.driver, plugin.topology).await;
     let ns = TestNamespace::create(&cluster.client, "migration").await;
     let class = unique_name("in-tree");
     let mut fixture = StorageClassFixture::new(&class, plugin.in_tree)
@@ -339,7 +313,7 @@ async fn an_in_tree_pv_that_does_not_translate_is_left_with_a_reason() {
     use kube::api::ListParams;
     let cluster = cluster().await;
     // Not a driver of the side-by-side test, which runs at the same time.
-    let (_dir, driver) = start_driver("pd.csi.storage.gke.io").await;
+    let (_dir, driver) = driver_named("pd.csi.storage.gke.io", None).await;
     let name = unique_name("pv-bad-gce");
     let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
         "metadata": {

@@ -130,7 +130,10 @@ pub struct AuditConfig {
 /// accepts them (`-csi-address=/csi/csi.sock`). Errors are clap's:
 /// `DisplayHelp` for `--help`, a usage error otherwise.
 pub fn parse_from(argv: impl IntoIterator<Item = String>) -> Result<AuditArgs, clap::Error> {
-    AuditArgs::try_parse_from(crate::config::normalize_args(argv))
+    AuditArgs::try_parse_from(crate::config::normalize_args(
+        &<AuditArgs as clap::CommandFactory>::command(),
+        argv,
+    ))
 }
 
 impl AuditConfig {

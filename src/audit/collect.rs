@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 use super::args::AuditConfig;
 use crate::csi::{ConnectError, CsiClient, DriverCapabilities, pb, with_sources};
 use crate::metrics::Metrics;
+use crate::provision::migration;
 
 /// Objects per page of a list from the API server.
 const PAGE: u32 = 500;
@@ -66,7 +67,8 @@ pub enum Backend {
 pub struct Inventory {
     pub driver: String,
     pub backend: Backend,
-    /// The driver's PersistentVolumes (`spec.csi.driver` = its name), listed before `ListVolumes`.
+    /// The driver's PersistentVolumes, listed before `ListVolumes`: its CSI ones, and the in-tree
+    /// ones of the plugin migrated to it (`migration::volume_of`).
     pub volumes_before: Vec<PersistentVolume>,
     /// The same, listed after `ListVolumes`.
     pub volumes_after: Vec<PersistentVolume>,
@@ -137,7 +139,7 @@ impl Sources {
         .await?;
         Ok(all
             .into_iter()
-            .filter(|pv| csi_source(pv).is_some_and(|(driver, _)| driver == self.driver))
+            .filter(|pv| migration::volume_of(pv).is_some_and(|(driver, _)| driver == self.driver))
             .collect())
     }
 
@@ -178,12 +180,6 @@ impl Sources {
             token = page.next_token;
         }
     }
-}
-
-/// The CSI driver and volume handle of a PersistentVolume, if it is a CSI one.
-pub fn csi_source(pv: &PersistentVolume) -> Option<(&str, &str)> {
-    let csi = pv.spec.as_ref()?.csi.as_ref()?;
-    Some((csi.driver.as_str(), csi.volume_handle.as_str()))
 }
 
 /// Every object of a kind, page by page.

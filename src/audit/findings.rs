@@ -7,16 +7,17 @@
 //! the PersistentVolume right after `CreateVolume`), a PersistentVolume being
 //! deleted (its volume goes first).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
-use super::collect::{Backend, Inventory, csi_source};
+use super::collect::{Backend, Inventory};
+use crate::csi::pb;
 use crate::keys;
-use crate::provision::{ClaimView, UidInName, uid_in_name};
+use crate::provision::{ClaimView, UidInName, migration, uid_in_name};
 
 /// How to read an inventory.
 #[derive(Clone, Debug)]
@@ -175,103 +176,155 @@ impl Report {
 
 /// Reads `inventory` at time `now`.
 pub fn audit(inventory: &Inventory, rules: &Rules, now: Timestamp) -> Report {
-    let driver = inventory.driver.as_str();
     let mut findings = Vec::new();
     let mut in_progress = Vec::new();
-
     if let Backend::Listed(backend) = &inventory.backend {
-        let pointed_to: HashSet<&str> = inventory
-            .volumes_before
-            .iter()
-            .chain(&inventory.volumes_after)
-            .filter_map(csi_source)
-            .map(|(_, handle)| handle)
-            .collect();
-        let claims_by_uid: HashMap<&str, &PersistentVolumeClaim> = inventory
-            .claims
-            .iter()
-            .map(|c| (ClaimView(c).uid(), c))
-            .collect();
-        for volume in backend.values() {
-            if pointed_to.contains(volume.volume_id.as_str()) {
-                continue;
-            }
-            let uid = volume_name_in(volume, rules);
-            let claim = uid
-                .as_ref()
-                .map(|uid| claim_seen(uid, &claims_by_uid, &inventory.claims));
-            if let Some(ClaimSeen::Found {
-                claim,
-                volume_name: None,
-                deleting,
-                ..
-            }) = &claim
-            {
-                in_progress.push(InProgress::VolumeBeingProvisioned {
-                    volume_id: volume.volume_id.clone(),
-                    claim: claim.clone(),
-                    deleting: *deleting,
-                });
-                continue;
-            }
-            findings.push(Finding::OrphanedVolume {
-                volume_id: volume.volume_id.clone(),
-                capacity_bytes: volume.capacity_bytes,
-                claim_uid: uid.map(|u| u.as_str().to_string()),
-                claim,
-            });
-        }
-
-        let before: HashSet<&str> = inventory
-            .volumes_before
-            .iter()
-            .filter_map(|pv| pv.metadata.uid.as_deref())
-            .collect();
-        for pv in &inventory.volumes_after {
-            let Some((_, handle)) = csi_source(pv) else {
-                continue;
-            };
-            // Only a PersistentVolume that existed during the whole listing
-            // can have been missed by it.
-            let throughout = pv
-                .metadata
-                .uid
-                .as_deref()
-                .is_some_and(|uid| before.contains(uid));
-            if !throughout || backend.contains_key(handle) {
-                continue;
-            }
-            let name = pv.metadata.name.clone().unwrap_or_default();
-            if is_being_deleted(pv) {
-                in_progress.push(InProgress::VolumeBeingDeleted {
-                    persistent_volume: name,
-                    volume_handle: handle.to_string(),
-                });
-                continue;
-            }
-            findings.push(Finding::MissingVolume {
-                persistent_volume: name,
-                volume_handle: handle.to_string(),
-                phase: pv.status.as_ref().and_then(|s| s.phase.clone()),
-                claim: pv
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.claim_ref.as_ref())
-                    .map(|r| {
-                        format!(
-                            "{}/{}",
-                            r.namespace.as_deref().unwrap_or_default(),
-                            r.name.as_deref().unwrap_or_default()
-                        )
-                    }),
-            });
-        }
+        orphaned_volumes(inventory, backend, rules, &mut findings, &mut in_progress);
+        missing_volumes(inventory, backend, &mut findings, &mut in_progress);
     }
+    let holding = stale_intents(inventory, rules, now, &mut findings);
+    Report {
+        driver: inventory.driver.clone(),
+        list_volumes: matches!(inventory.backend, Backend::Listed(_)),
+        backend_volumes: match &inventory.backend {
+            Backend::Listed(v) => Some(v.len()),
+            Backend::Unlisted => None,
+        },
+        persistent_volumes: inventory.volumes_after.len(),
+        claims_holding_intent: holding,
+        intent_older_than: rules.intent_older_than,
+        rechecked_after: None,
+        cleared_on_recheck: 0,
+        findings,
+        in_progress,
+    }
+}
 
+/// The volume handle a PersistentVolume points to: its CSI source's, or its
+/// migrated in-tree source's as the volume path reads it for `DeleteVolume`.
+/// `None` for one whose in-tree source does not translate (it points to no
+/// volume the driver could list).
+fn handle_of(pv: &PersistentVolume) -> Option<String> {
+    migration::volume_handle(pv).and_then(Result::ok)
+}
+
+/// Backend volumes no PersistentVolume of either list points to: findings,
+/// or in progress when their claim still waits for them.
+fn orphaned_volumes(
+    inventory: &Inventory,
+    backend: &BTreeMap<String, pb::Volume>,
+    rules: &Rules,
+    findings: &mut Vec<Finding>,
+    in_progress: &mut Vec<InProgress>,
+) {
+    let pointed_to: HashSet<String> = inventory
+        .volumes_before
+        .iter()
+        .chain(&inventory.volumes_after)
+        .filter_map(handle_of)
+        .collect();
+    let claims_by_uid: HashMap<&str, &PersistentVolumeClaim> = inventory
+        .claims
+        .iter()
+        .map(|c| (ClaimView(c).uid(), c))
+        .collect();
+    for volume in backend.values() {
+        if pointed_to.contains(&volume.volume_id) {
+            continue;
+        }
+        let uid = volume_name_in(volume, rules);
+        let claim = uid
+            .as_ref()
+            .map(|uid| claim_seen(uid, &claims_by_uid, &inventory.claims));
+        if let Some(ClaimSeen::Found {
+            claim,
+            volume_name: None,
+            deleting,
+            ..
+        }) = &claim
+        {
+            in_progress.push(InProgress::VolumeBeingProvisioned {
+                volume_id: volume.volume_id.clone(),
+                claim: claim.clone(),
+                deleting: *deleting,
+            });
+            continue;
+        }
+        findings.push(Finding::OrphanedVolume {
+            volume_id: volume.volume_id.clone(),
+            capacity_bytes: volume.capacity_bytes,
+            claim_uid: uid.map(|u| u.as_str().to_string()),
+            claim,
+        });
+    }
+}
+
+/// PersistentVolumes of the second list whose volume the driver does not
+/// list: findings, or in progress when they are being deleted.
+fn missing_volumes(
+    inventory: &Inventory,
+    backend: &BTreeMap<String, pb::Volume>,
+    findings: &mut Vec<Finding>,
+    in_progress: &mut Vec<InProgress>,
+) {
+    let before: HashSet<&str> = inventory
+        .volumes_before
+        .iter()
+        .filter_map(|pv| pv.metadata.uid.as_deref())
+        .collect();
+    for pv in &inventory.volumes_after {
+        let Some(handle) = handle_of(pv) else {
+            continue;
+        };
+        // Only a PersistentVolume that existed during the whole listing
+        // can have been missed by it.
+        let throughout = pv
+            .metadata
+            .uid
+            .as_deref()
+            .is_some_and(|uid| before.contains(uid));
+        if !throughout || backend.contains_key(&handle) {
+            continue;
+        }
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        if is_being_deleted(pv) {
+            in_progress.push(InProgress::VolumeBeingDeleted {
+                persistent_volume: name,
+                volume_handle: handle,
+            });
+            continue;
+        }
+        findings.push(Finding::MissingVolume {
+            persistent_volume: name,
+            volume_handle: handle,
+            phase: pv.status.as_ref().and_then(|s| s.phase.clone()),
+            claim: pv
+                .spec
+                .as_ref()
+                .and_then(|s| s.claim_ref.as_ref())
+                .map(|r| {
+                    format!(
+                        "{}/{}",
+                        r.namespace.as_deref().unwrap_or_default(),
+                        r.name.as_deref().unwrap_or_default()
+                    )
+                }),
+        });
+    }
+}
+
+/// Claims of the driver holding the intent longer than the rules allow, as
+/// findings; returns how many hold it at all.
+fn stale_intents(
+    inventory: &Inventory,
+    rules: &Rules,
+    now: Timestamp,
+    findings: &mut Vec<Finding>,
+) -> usize {
     let holding: Vec<&PersistentVolumeClaim> = inventory
         .claims
         .iter()
-        .filter(|c| ClaimView(c).holds_intent() && ClaimView(c).asks(driver))
+        .filter(|c| ClaimView(c).holds_intent() && ClaimView(c).asks(&inventory.driver))
         .collect();
     for claim in &holding {
         let view = ClaimView(claim);
@@ -295,27 +348,12 @@ pub fn audit(inventory: &Inventory, rules: &Rules, now: Timestamp) -> Report {
             deleting: view.is_deleting(),
         });
     }
-
-    Report {
-        driver: driver.to_string(),
-        list_volumes: matches!(inventory.backend, Backend::Listed(_)),
-        backend_volumes: match &inventory.backend {
-            Backend::Listed(v) => Some(v.len()),
-            Backend::Unlisted => None,
-        },
-        persistent_volumes: inventory.volumes_after.len(),
-        claims_holding_intent: holding.len(),
-        intent_older_than: rules.intent_older_than,
-        rechecked_after: None,
-        cleared_on_recheck: 0,
-        findings,
-        in_progress,
-    }
+    holding.len()
 }
 
 /// The claim UID a volume carries: in its ID, else in a value of its
 /// context (some drivers keep the `CreateVolume` name there).
-fn volume_name_in(volume: &crate::csi::pb::Volume, rules: &Rules) -> Option<UidInName> {
+fn volume_name_in(volume: &pb::Volume, rules: &Rules) -> Option<UidInName> {
     let find = |text: &str| {
         uid_in_name(
             text,
@@ -423,12 +461,9 @@ fn optional_go_duration<S: serde::Serializer>(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use serde_json::json;
 
     use super::*;
-    use crate::csi::pb;
 
     const DRIVER: &str = "audit.csi.example.com";
     const UID_A: &str = "0a1b2c3d-4e5f-6789-abcd-ef0123456789";
@@ -694,6 +729,45 @@ mod tests {
                     volume_handle: "vol-4".into(),
                 },
             ]
+        );
+    }
+
+    /// A PV of the in-tree EBS plugin, as the sidecar saves one for a claim of
+    /// an in-tree class migrated to `ebs.csi.aws.com`.
+    fn in_tree_pv(name: &str, uid: &str, volume_id: &str, phase: &str) -> PersistentVolume {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "uid": uid, "annotations": {
+                keys::ANN_PROVISIONED_BY: "kubernetes.io/aws-ebs",
+                keys::ANN_MIGRATED_TO: "ebs.csi.aws.com"}},
+            "spec": {"awsElasticBlockStore": {"volumeID": volume_id, "fsType": "ext4"},
+                     "persistentVolumeReclaimPolicy": "Delete",
+                     "claimRef": {"namespace": "ns", "name": "data"}},
+            "status": {"phase": phase}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_migrated_in_tree_persistent_volume_points_to_its_translated_volume() {
+        // The driver lists EBS volume ids; the in-tree PVs name them as the
+        // in-tree plugin did, `aws://<zone>/<id>` or bare.
+        let pvs = vec![
+            in_tree_pv("pvc-a", "u1", "aws://us-east-1a/vol-0abc", "Bound"),
+            in_tree_pv("pvc-b", "u2", "vol-0def", "Bound"),
+        ];
+        let inv = Inventory {
+            driver: "ebs.csi.aws.com".into(),
+            ..inventory(&["vol-0abc"], pvs.clone(), pvs, vec![])
+        };
+        let report = audit(&inv, &rules(), at("2026-01-01T00:00:00Z"));
+        assert_eq!(
+            report.findings,
+            vec![Finding::MissingVolume {
+                persistent_volume: "pvc-b".into(),
+                volume_handle: "vol-0def".into(),
+                phase: Some("Bound".into()),
+                claim: Some("ns/data".into()),
+            }]
         );
     }
 

@@ -3,7 +3,7 @@
 
 use super::findings::{ClaimSeen, Finding, InProgress, Report};
 use crate::duration::format_go_duration;
-use crate::provision::quantity::format_bytes;
+use crate::quantity::format_bytes;
 
 /// The report as one pretty-printed JSON document, newline-terminated.
 pub fn json(report: &Report) -> String {
@@ -28,81 +28,21 @@ pub fn table(report: &Report) -> String {
         "Driver {}: {listed}, {} PersistentVolume(s), {} claim(s) holding the provisioning intent.\n",
         report.driver, report.persistent_volumes, report.claims_holding_intent
     ));
-
-    let orphaned: Vec<Vec<String>> = report
-        .findings
-        .iter()
-        .filter_map(|f| match f {
-            Finding::OrphanedVolume {
-                volume_id,
-                capacity_bytes,
-                claim_uid,
-                claim,
-            } => Some(vec![
-                volume_id.clone(),
-                format_bytes(*capacity_bytes),
-                claim_uid.clone().unwrap_or_else(|| "-".into()),
-                claim.as_ref().map_or_else(|| "-".into(), describe_claim),
-            ]),
-            _ => None,
-        })
-        .collect();
+    let rows = |row: fn(&Finding) -> Option<Vec<String>>| -> Vec<Vec<String>> {
+        report.findings.iter().filter_map(row).collect()
+    };
     section(
         &mut out,
         "Volumes no PersistentVolume points to",
         &["VOLUME ID", "CAPACITY", "CLAIM UID IN ID", "CLAIM"],
-        &orphaned,
+        &rows(orphaned_row),
     );
-
-    let missing: Vec<Vec<String>> = report
-        .findings
-        .iter()
-        .filter_map(|f| match f {
-            Finding::MissingVolume {
-                persistent_volume,
-                volume_handle,
-                phase,
-                claim,
-            } => Some(vec![
-                persistent_volume.clone(),
-                volume_handle.clone(),
-                phase.clone().unwrap_or_else(|| "-".into()),
-                claim.clone().unwrap_or_else(|| "-".into()),
-            ]),
-            _ => None,
-        })
-        .collect();
     section(
         &mut out,
         "PersistentVolumes whose volume the driver does not list",
         &["PERSISTENTVOLUME", "VOLUME HANDLE", "PHASE", "CLAIM"],
-        &missing,
+        &rows(missing_row),
     );
-
-    let stale: Vec<Vec<String>> = report
-        .findings
-        .iter()
-        .filter_map(|f| match f {
-            Finding::StaleIntent {
-                claim,
-                held_for,
-                phase,
-                volume_name,
-                deleting,
-                ..
-            } => Some(vec![
-                claim.clone(),
-                format!("{}+", format_go_duration(whole_seconds(*held_for))),
-                match (deleting, phase) {
-                    (true, _) => "being deleted".to_string(),
-                    (false, Some(p)) => p.clone(),
-                    (false, None) => "-".to_string(),
-                },
-                volume_name.clone().unwrap_or_else(|| "-".into()),
-            ]),
-            _ => None,
-        })
-        .collect();
     section(
         &mut out,
         &format!(
@@ -110,38 +50,17 @@ pub fn table(report: &Report) -> String {
             format_go_duration(report.intent_older_than)
         ),
         &["CLAIM", "HELD FOR", "PHASE", "VOLUME"],
-        &stale,
+        &rows(stale_row),
     );
-
     if !report.in_progress.is_empty() {
         out.push_str(&format!(
             "\nIn progress, not findings ({}):\n",
             report.in_progress.len()
         ));
         for item in &report.in_progress {
-            out.push_str("  ");
-            out.push_str(&match item {
-                InProgress::VolumeBeingProvisioned {
-                    volume_id,
-                    claim,
-                    deleting: false,
-                } => format!("volume {volume_id}: claim {claim} still waits for it"),
-                InProgress::VolumeBeingProvisioned {
-                    volume_id,
-                    claim,
-                    deleting: true,
-                } => format!("volume {volume_id}: claim {claim} is being deleted, and the volume with it"),
-                InProgress::VolumeBeingDeleted {
-                    persistent_volume,
-                    volume_handle,
-                } => format!(
-                    "PersistentVolume {persistent_volume}: being deleted, its volume {volume_handle} already is"
-                ),
-            });
-            out.push('\n');
+            out.push_str(&format!("  {}\n", in_progress_line(item)));
         }
     }
-
     out.push('\n');
     if let Some(after) = report.rechecked_after
         && report.cleared_on_recheck > 0
@@ -157,6 +76,87 @@ pub fn table(report: &Report) -> String {
         n => out.push_str(&format!("{n} finding(s). Nothing was changed.\n")),
     }
     out
+}
+
+fn orphaned_row(finding: &Finding) -> Option<Vec<String>> {
+    let Finding::OrphanedVolume {
+        volume_id,
+        capacity_bytes,
+        claim_uid,
+        claim,
+    } = finding
+    else {
+        return None;
+    };
+    Some(vec![
+        volume_id.clone(),
+        format_bytes(*capacity_bytes),
+        claim_uid.clone().unwrap_or_else(|| "-".into()),
+        claim.as_ref().map_or_else(|| "-".into(), describe_claim),
+    ])
+}
+
+fn missing_row(finding: &Finding) -> Option<Vec<String>> {
+    let Finding::MissingVolume {
+        persistent_volume,
+        volume_handle,
+        phase,
+        claim,
+    } = finding
+    else {
+        return None;
+    };
+    Some(vec![
+        persistent_volume.clone(),
+        volume_handle.clone(),
+        phase.clone().unwrap_or_else(|| "-".into()),
+        claim.clone().unwrap_or_else(|| "-".into()),
+    ])
+}
+
+fn stale_row(finding: &Finding) -> Option<Vec<String>> {
+    let Finding::StaleIntent {
+        claim,
+        held_for,
+        phase,
+        volume_name,
+        deleting,
+        ..
+    } = finding
+    else {
+        return None;
+    };
+    Some(vec![
+        claim.clone(),
+        format!("{}+", format_go_duration(whole_seconds(*held_for))),
+        match (deleting, phase) {
+            (true, _) => "being deleted".to_string(),
+            (false, Some(p)) => p.clone(),
+            (false, None) => "-".to_string(),
+        },
+        volume_name.clone().unwrap_or_else(|| "-".into()),
+    ])
+}
+
+fn in_progress_line(item: &InProgress) -> String {
+    match item {
+        InProgress::VolumeBeingProvisioned {
+            volume_id,
+            claim,
+            deleting: false,
+        } => format!("volume {volume_id}: claim {claim} still waits for it"),
+        InProgress::VolumeBeingProvisioned {
+            volume_id,
+            claim,
+            deleting: true,
+        } => format!("volume {volume_id}: claim {claim} is being deleted, and the volume with it"),
+        InProgress::VolumeBeingDeleted {
+            persistent_volume,
+            volume_handle,
+        } => format!(
+            "PersistentVolume {persistent_volume}: being deleted, its volume {volume_handle} already is"
+        ),
+    }
 }
 
 fn describe_claim(claim: &ClaimSeen) -> String {

@@ -194,7 +194,9 @@ fn is_not_supported_yet(arg: &clap::Arg) -> bool {
 /// message, `exit_code()` is 0); anything else is a usage error: print
 /// [`error_line`] and exit with `error.exit_code()` (2).
 pub fn parse_from(argv: impl IntoIterator<Item = String>) -> Result<Args, clap::Error> {
-    let matches = command().try_get_matches_from(normalize_args(argv))?;
+    let command = command();
+    let argv = normalize_args(&command, argv);
+    let matches = command.try_get_matches_from(argv)?;
     Args::from_arg_matches(&matches)
 }
 

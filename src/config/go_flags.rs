@@ -2,15 +2,17 @@
 //! `-leader-election`) rewritten to `--` form, with `-v` in all its pflag
 //! forms (`-v 5`, `-v=5`, `-v5`) left as they are.
 
-use super::cli::command;
-
 /// Rewrites Go's single-dash long flags (`-csi-address=/x`,
 /// `-leader-election`, `-timeout 10s`) to `--` form so clap understands them.
 /// Left alone: `-v` in all its forms (`-v 5`, `-v=5`, `-v5`), `-h`, values
 /// following a flag that takes one (`-kubeconfig -weird-name`), anything that
-/// is not a flag (`-1`) and everything after `--`.
-pub fn normalize_args(argv: impl IntoIterator<Item = String>) -> Vec<String> {
-    let takes_separate_value = separate_value_flags();
+/// is not a flag (`-1`) and everything after `--`. Which flags take a value
+/// is read from `command`, the command line being parsed.
+pub fn normalize_args(
+    command: &clap::Command,
+    argv: impl IntoIterator<Item = String>,
+) -> Vec<String> {
+    let takes_separate_value = separate_value_flags(command);
     let mut out = Vec::new();
     let mut argv = argv.into_iter();
     // The program name is never a flag.
@@ -67,8 +69,8 @@ fn is_short_verbosity(name: &str) -> bool {
 }
 
 /// Long names (and `v`) of the flags whose value may be the next argument.
-fn separate_value_flags() -> Vec<String> {
-    command()
+fn separate_value_flags(command: &clap::Command) -> Vec<String> {
+    command
         .get_arguments()
         .filter(|a| a.get_action().takes_values() && !a.is_require_equals_set())
         .flat_map(|a| {

@@ -68,7 +68,7 @@ pub(super) fn parse_vmodule(s: &str) -> Result<VModuleList, String> {
 /// `1.5Mi`, `1e3`. Negative sizes are rejected. (Upstream's help text says
 /// `1K`, but a Kubernetes quantity only knows lower-case `k`; so here.)
 pub fn parse_byte_quantity(input: &str) -> Result<u64, String> {
-    use crate::provision::quantity::{QuantityError, parse};
+    use crate::quantity::{QuantityError, parse};
     parse(input).map_err(|e| match e {
         QuantityError::Malformed => {
             format!("invalid quantity {input:?} (examples: 512, 1k, 2Ki, 5Mi)")

@@ -196,7 +196,7 @@ async fn delete(ctx: &Context, cached: &Pv) -> Result<(), VolumeError> {
     }
     // Known before the PV is touched: a PV whose volume cannot be named is
     // left as it is (not made Terminating with nothing to delete), as upstream.
-    let handle = match volume_handle(cached) {
+    let handle = match migration::volume_handle(cached) {
         Some(Ok(handle)) => handle,
         Some(Err(e)) => return Err(VolumeError::Invalid(e)),
         None => return Err(VolumeError::Invalid("invalid CSI PV".into())),
@@ -245,63 +245,6 @@ async fn delete(ctx: &Context, cached: &Pv) -> Result<(), VolumeError> {
     info!(pv = %pv.name_any(), volume = %handle, "deleted");
     ctx.capacity_changed();
     Ok(())
-}
-
-/// The volume handle to delete: the CSI source's, or a migrated in-tree
-/// source's translated as csi-translation-lib does.
-fn volume_handle(pv: &Pv) -> Option<Result<String, String>> {
-    let spec = pv.spec.as_ref()?;
-    if let Some(csi) = &spec.csi {
-        return Some(Ok(csi.volume_handle.clone()));
-    }
-    if let Some(rbd) = &spec.rbd {
-        return Some(migration::rbd_handle(
-            pv.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(migration::ANN_RBD_VOLUME_HANDLE))
-                .map(String::as_str),
-            &rbd.monitors,
-            rbd.pool.as_deref().unwrap_or("rbd"),
-            &rbd.image,
-        ));
-    }
-    if let Some(file) = &spec.azure_file {
-        return Some(migration::azure_file_handle(&migration::AzureFileSource {
-            pv_name: pv.metadata.name.as_deref().unwrap_or_default(),
-            share_name: &file.share_name,
-            secret_name: &file.secret_name,
-            secret_namespace: file.secret_namespace.as_deref(),
-            claim_namespace: spec.claim_ref.as_ref().and_then(|c| c.namespace.as_deref()),
-            resource_group: pv
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(migration::ANN_AZURE_FILE_RESOURCE_GROUP))
-                .map(String::as_str),
-        }));
-    }
-    let zone = pv
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get("failure-domain.beta.kubernetes.io/zone"))
-        .map(String::as_str);
-    migration::in_tree_handle(
-        spec.aws_elastic_block_store
-            .as_ref()
-            .map(|a| a.volume_id.as_str()),
-        spec.gce_persistent_disk
-            .as_ref()
-            .map(|g| (g.pd_name.as_str(), zone)),
-        // Cinder, Portworx: the volume id; Azure Disk: the disk URI; vSphere: the path.
-        spec.cinder
-            .as_ref()
-            .or(spec.portworx_volume.as_ref())
-            .map(|v| v.volume_id.as_str())
-            .or(spec.azure_disk.as_ref().map(|a| a.disk_uri.as_str()))
-            .or(spec.vsphere_volume.as_ref().map(|v| v.volume_path.as_str())),
-    )
 }
 
 /// The PV as the API server has it, if it still says "delete" there and not

@@ -14,6 +14,7 @@ use tracing::debug;
 
 use super::pb;
 use super::socket_access::{PermissionDenied, io_error_kind};
+use crate::keys;
 use crate::metrics::{CsiOperationLabels, Metrics};
 
 /// Why [`CsiClient::identify`] failed (upstream's texts).
@@ -188,7 +189,10 @@ impl CsiClient {
     /// migration" does.
     pub fn set_driver_name(&mut self, name: &str) {
         self.driver_name = Arc::from(name);
-        self.migrated = crate::provision::migration::in_tree_plugin(name).map(|_| false);
+        self.migrated = keys::MIGRATED_PLUGINS
+            .iter()
+            .any(|(_, driver)| *driver == name)
+            .then_some(false);
     }
 
     /// The same connection, its calls labelled `migrated="true"` when

@@ -267,12 +267,10 @@ resource_as!(
     0.metadata
 );
 
-const LEGACY_ZONE_LABEL: &str = "failure-domain.beta.kubernetes.io/zone";
-
 /// The PV annotations any decision of ours reads; a cached PV keeps only these.
 const READ_ANNOTATIONS: [&str; 6] = [
-    crate::provision::migration::ANN_RBD_VOLUME_HANDLE,
-    crate::provision::migration::ANN_AZURE_FILE_RESOURCE_GROUP,
+    keys::ANN_RBD_VOLUME_HANDLE,
+    keys::ANN_AZURE_FILE_RESOURCE_GROUP,
     keys::ANN_PROVISIONED_BY,
     keys::ANN_MIGRATED_TO,
     keys::ANN_DELETION_SECRET_NAME,
@@ -287,7 +285,7 @@ impl Pv {
         let meta = &mut self.metadata;
         // The legacy zone label locates a migrated GCE PD for its deletion.
         if let Some(labels) = meta.labels.as_mut() {
-            labels.retain(|k, _| k == LEGACY_ZONE_LABEL);
+            labels.retain(|k, _| k == keys::LABEL_ZONE_BETA);
         }
         if meta.labels.as_ref().is_some_and(|l| l.is_empty()) {
             meta.labels = None;

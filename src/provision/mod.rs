@@ -8,7 +8,6 @@ pub mod grant;
 pub mod migration;
 mod naming;
 mod pv;
-pub mod quantity;
 mod request;
 pub mod secrets;
 pub mod snapshot;
@@ -22,6 +21,9 @@ pub use secrets::{SecretKind, SecretRef};
 
 use crate::csi::DriverCapabilities;
 use crate::keys;
+// Sizes are read and written with the crate's one quantity parser (a bottom-layer module);
+// the files of this module use it as `super::quantity`.
+use crate::quantity;
 
 /// Flags that shape requests and PVs.
 #[derive(Clone, Debug)]

@@ -21,7 +21,7 @@ pub use fixtures::{PvFixture, PvcFixture, StorageClassFixture};
 pub use http::{Reply, free_address, get, wait_serving};
 pub use names::unique_name;
 pub use namespace::TestNamespace;
-pub use process::{ChildProcess, wait_for_socket, workspace_bin};
+pub use process::{ChildProcess, driver_named, wait_for_socket, workspace_bin};
 pub use rbac::{PROVISIONER_USER, ShippedRbac, grant_lease_role, grant_provisioner_rbac};
 pub use rig::{DEADLINE, Rig, RigBuilder};
 pub use snapshots::{Snapshotter, dynamic, snapshot_resource};

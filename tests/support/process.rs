@@ -261,3 +261,26 @@ pub async fn wait_for_socket(owner: &mut ChildProcess, path: &Path, timeout: Dur
     })
     .await
 }
+
+/// A test driver that calls itself `name` (a migration target, say) rather than a rig's unique
+/// name, reporting `topology` for its volumes when given, in a temporary directory that must
+/// live as long as the driver.
+pub async fn driver_named(
+    name: &str,
+    topology: Option<(&str, &str)>,
+) -> (tempfile::TempDir, csi_test_driver::process::DriverProcess) {
+    use csi_test_driver::process::{DriverOptions, DriverProcess, binary_path};
+    let dir = tempfile::tempdir().expect("a directory for the test driver");
+    let driver = DriverProcess::start(
+        &binary_path().expect("csi-test-driver binary"),
+        dir.path(),
+        &DriverOptions {
+            drivername: name.into(),
+            topology: topology.map(|(k, v)| (k.to_string(), v.to_string())),
+            ..DriverOptions::default()
+        },
+    )
+    .await
+    .expect("starting the test driver");
+    (dir, driver)
+}

@@ -258,7 +258,7 @@ fn normalize_args_rewrites_only_single_dash_long_flags() {
         (&["-unknown-flag"], &["--unknown-flag"]),
     ];
     for (input, want) in cases {
-        let got = normalize_args(argv(input));
+        let got = normalize_args(&command(), argv(input));
         assert_eq!(
             got[1..],
             want.iter().map(|s| s.to_string()).collect::<Vec<_>>()[..],
@@ -267,7 +267,10 @@ fn normalize_args_rewrites_only_single_dash_long_flags() {
         assert_eq!(got[0], "csi-provisioner");
     }
     // The program name is never rewritten.
-    assert_eq!(normalize_args(["-weird".to_string()]), vec!["-weird"]);
+    assert_eq!(
+        normalize_args(&command(), ["-weird".to_string()]),
+        vec!["-weird"]
+    );
 }
 
 #[test]

@@ -15,6 +15,7 @@
 //! | [`intent`] | the durable intent and the authoritative check in one fenced write (§2.2, §2.5); its release |
 //! | [`abandon`] | the cleanup of a claim deleted mid-flight (§2.5) |
 //! | [`protect`] | the protection of a restore's snapshot and a clone's source claim |
+//! | [`race`] | one sidecar per node: the race for an Immediate claim |
 //! | [`error`] | every failure, its event and metric; the one reporter |
 //! | [`memory`] | what the process remembers per claim UID, forgotten in one place |
 
@@ -26,6 +27,7 @@ mod gather;
 pub mod intent;
 pub mod memory;
 mod protect;
+mod race;
 #[cfg(test)]
 mod tests;
 
@@ -43,7 +45,7 @@ pub use intent::IntentReleaser;
 pub use memory::ClaimMemory;
 
 use super::memory::Hold;
-use super::{Context, bound_claim_uid, node};
+use super::{Context, bound_claim_uid};
 use crate::csi::CsiErrorClass;
 use crate::kube::slim::Claim;
 use crate::provision::{self, ClaimView};
@@ -94,7 +96,7 @@ pub async fn reconcile(claim: Arc<Claim>, ctx: Arc<Context>) -> Result<Action, C
                 .place
                 .node()
                 .expect("races are decided in node deployments");
-            node::race(&ctx, node, claim, &class)
+            race::race(&ctx, node, claim, &class)
                 .await
                 .map_err(|source| ClaimError::Read {
                     what: "PersistentVolumeClaim (taking it for this node)",

@@ -5,12 +5,13 @@
 
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, PersistentVolume};
 
-const ZONE_GA: &str = "topology.kubernetes.io/zone";
-const REGION_GA: &str = "topology.kubernetes.io/region";
-const ZONE_BETA: &str = "failure-domain.beta.kubernetes.io/zone";
-const REGION_BETA: &str = "failure-domain.beta.kubernetes.io/region";
+use crate::keys::{
+    LABEL_REGION as REGION_GA, LABEL_REGION_BETA as REGION_BETA, LABEL_ZONE as ZONE_GA,
+    LABEL_ZONE_BETA as ZONE_BETA,
+};
+
 /// Several zones in one PV label value.
-const ZONE_DELIMITER: &str = "__";
+pub(super) const ZONE_DELIMITER: &str = "__";
 
 /// Derives the one region of a set of zones.
 pub type RegionOf = fn(&[String]) -> Result<String, String>;
@@ -162,46 +163,8 @@ pub fn vsphere_to_in_tree(pv: &mut PersistentVolume, zone_key: &str, region_key:
     }
 }
 
-/// An AWS zone's region: `us-west-2a`, `us-gov-east-1a` and the local
-/// zone form `us-west-2-lax-1a` lose their last letter; a local zone
-/// `a-b-c-d-e` or a wavelength zone of seven parts keeps its first three.
-pub fn aws_region(zones: &[String]) -> Result<String, String> {
-    if zones.is_empty() {
-        return Err("no zones specified".into());
-    }
-    let mut regions: Vec<String> = Vec::new();
-    for zone in zones {
-        let mut parts: Vec<&str> = zone.split('-').collect();
-        let last = parts.last().copied().unwrap_or_default();
-        let region = if matches!(parts.len(), 3 | 4) && last.len() == 2 {
-            let n = parts.len();
-            // The last part is a digit and the zone letter.
-            parts[n - 1] = &last[..1];
-            parts.join("-")
-        } else if matches!(parts.len(), 5 | 7) {
-            parts[..3].join("-")
-        } else {
-            return Err(format!(
-                "Unexpected zone format: {zone} is not a valid AWS zone"
-            ));
-        };
-        if !regions.contains(&region) {
-            regions.push(region);
-        }
-    }
-    one_region(regions)
-}
-
-/// A GCE zone's region: `{locale}-{region}-{zone}` → `{locale}-{region}`.
-pub fn gce_region(zones: &[String]) -> Result<String, String> {
-    if zones.is_empty() {
-        return Err("no zones specified".into());
-    }
-    let zones: Vec<&str> = zones.iter().map(String::as_str).collect();
-    super::region_of(&zones)
-}
-
-fn one_region(mut regions: Vec<String>) -> Result<String, String> {
+/// The one region of a list of regions (each once), or why there is none.
+pub(super) fn one_region(mut regions: Vec<String>) -> Result<String, String> {
     regions.sort();
     match regions.as_slice() {
         [one] => Ok(one.clone()),
@@ -213,6 +176,8 @@ fn one_region(mut regions: Vec<String>) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::aws_ebs::region as aws_region;
+    use super::super::gce_pd::region as gce_region;
     use super::*;
     use k8s_openapi::api::core::v1::{NodeSelector, PersistentVolumeSpec, VolumeNodeAffinity};
     use std::collections::BTreeMap;
