@@ -20,6 +20,16 @@ pub struct ClientError(String);
 /// hundred open. Watches hold a slot only until their response starts.
 const REQUESTS_IN_FLIGHT: usize = 16;
 
+/// What our requests say they come from.
+pub fn user_agent() -> String {
+    format!(
+        "csi-provisioner/v{} ({}/{})",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    )
+}
+
 /// A client from the kubeconfig at `kubeconfig` (in-cluster config without
 /// one), talking to `master` when given, with at most
 /// [`REQUESTS_IN_FLIGHT`] requests in flight and an optional rate limit.
@@ -41,6 +51,10 @@ pub async fn build(
     if let Some(master) = master {
         config.cluster_url = master.parse().map_err(|e: http::uri::InvalidUri| err(&e))?;
     }
+    // Named as client-go names upstream's sidecar (`<binary>/<version>
+    // (<os>/<arch>)`): audit logs and managedFields say who wrote.
+    let agent = http::HeaderValue::from_str(&user_agent()).map_err(|e| err(&e))?;
+    config.headers.push((http::header::USER_AGENT, agent));
     let builder = kube::client::ClientBuilder::try_from(config)
         .map_err(|e| err(&e))?
         .with_layer(&tower::limit::ConcurrencyLimitLayer::new(

@@ -72,13 +72,38 @@ pub async fn confirm(
     ctx: &Context,
     cached: &PersistentVolumeClaim,
 ) -> Result<Confirmed, ClaimError> {
-    if let IntentMode::Admission(freshness) = &ctx.intent
-        && ClaimView(cached).holds_intent()
-        && freshness.check().await == Fresh::Caught
-    {
-        return Ok(as_cached(ctx, cached));
+    match &ctx.intent {
+        IntentMode::Admission(freshness) if ClaimView(cached).holds_intent() => {
+            Ok(match freshness.check().await {
+                Fresh::Caught => as_cached(ctx, cached),
+                // Alone, or the cache did not catch up: one read, cheaper for
+                // the API server than the no-op write it replaces.
+                Fresh::Unknown => read(&ctx.client, cached).await?,
+            })
+        }
+        _ => record(&ctx.client, cached).await,
     }
-    record(&ctx.client, cached).await
+}
+
+/// The claim as the API server has it now, against the copy decided on (the
+/// intent is on that copy already: a read confirms it, nothing to write).
+async fn read(client: &Client, decided: &PersistentVolumeClaim) -> Result<Confirmed, ClaimError> {
+    let view = ClaimView(decided);
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), view.namespace());
+    let fresh = get_fresh(&api, view.name())
+        .await
+        .map_err(ClaimError::RecordIntent)?;
+    Ok(match fresh {
+        Some(now) if ClaimView(&now).uid() == view.uid() => {
+            let same = ClaimView(&now).resource_version() == view.resource_version();
+            if same && ClaimView(&now).holds_intent() {
+                Confirmed::Current(now)
+            } else {
+                Confirmed::Changed(now)
+            }
+        }
+        _ => Confirmed::Gone,
+    })
 }
 
 /// What the claim cache, caught up with a round, says of the copy decided on.
