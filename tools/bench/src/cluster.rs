@@ -32,7 +32,7 @@ pub struct Cluster {
     pub contender_kubeconfig: PathBuf,
     /// Started by us (and so stopped by us).
     owned: bool,
-    repo: PathBuf,
+    pub repo: PathBuf,
 }
 
 impl Cluster {
@@ -74,6 +74,21 @@ impl Cluster {
         };
         cluster.grant_and_count().await?;
         Ok(cluster)
+    }
+
+    /// The pids of kube-apiserver and etcd (testbed/cluster.sh's pid files):
+    /// the control plane whose CPU a contender's requests cost.
+    pub fn control_plane_pids(&self) -> Vec<u32> {
+        ["kube-apiserver", "etcd"]
+            .iter()
+            .filter_map(|name| {
+                std::fs::read_to_string(self.dir.join(format!("{name}.pid")))
+                    .ok()?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .collect()
     }
 
     pub fn down(&self) {

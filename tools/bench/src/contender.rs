@@ -29,16 +29,30 @@ use crate::plan::{Limits, WORKER_THREADS};
 pub enum Who {
     Upstream,
     Ours,
+    /// Ours with `--admission-intent` and the two intent policies of
+    /// deploy/kubernetes/ installed for its driver.
+    #[serde(rename = "ours+policies")]
+    #[value(name = "ours-policies")]
+    OursPolicies,
     Floor,
 }
 
 impl Who {
-    pub const ALL: [Who; 3] = [Who::Upstream, Who::Ours, Who::Floor];
+    pub const ALL: [Who; 4] = [Who::Upstream, Who::Ours, Who::OursPolicies, Who::Floor];
+
+    /// The label as it may appear in object and file names.
+    pub fn slug(self) -> &'static str {
+        match self {
+            Who::OursPolicies => "ours-policies",
+            other => other.label(),
+        }
+    }
 
     pub fn label(self) -> &'static str {
         match self {
             Who::Upstream => "upstream",
             Who::Ours => "ours",
+            Who::OursPolicies => "ours+policies",
             Who::Floor => "floor",
         }
     }
@@ -89,6 +103,11 @@ pub fn spawn(who: Who, bins: &Binaries, flags: &[String], log: PathBuf) -> anyho
     let mut cmd = match who {
         Who::Upstream => Command::new(&bins.upstream),
         Who::Ours => Command::new(&bins.ours),
+        Who::OursPolicies => {
+            let mut c = Command::new(&bins.ours);
+            c.arg("--admission-intent");
+            c
+        }
         Who::Floor => {
             let mut c = Command::new(&bins.bench);
             c.arg("floor");

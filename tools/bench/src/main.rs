@@ -11,6 +11,7 @@ mod floor;
 mod observe;
 mod plan;
 mod plot;
+mod policies;
 mod procfs;
 mod report;
 mod runner;
@@ -301,7 +302,10 @@ impl ResultSink {
 async fn run_track(ctx: &Ctx, scenarios: &[&Scenario], sink: &ResultSink) -> anyhow::Result<()> {
     for sc in scenarios {
         if let Workload::Idle { .. } = sc.workload {
-            sink.push(runner::run_idle(ctx, sc, &ctx.chosen(rotation(0))).await)?;
+            // Idle, the intent policies change nothing: ours+policies is ours.
+            let mut order = ctx.chosen(rotation(0));
+            order.retain(|w| *w != Who::OursPolicies);
+            sink.push(runner::run_idle(ctx, sc, &order).await)?;
         } else {
             for round in 0..sc.rounds {
                 for who in ctx.chosen(rotation(round)) {
@@ -426,6 +430,7 @@ fn series_color(who: Who) -> plotters::style::RGBColor {
     match who {
         Who::Upstream => plot::UPSTREAM,
         Who::Ours => plot::OURS,
+        Who::OursPolicies => plot::OURS_POLICIES,
         Who::Floor => plot::FLOOR,
     }
 }
@@ -669,8 +674,11 @@ mod tests {
     }
 
     #[test]
-    fn every_contender_goes_first_once_in_three_rounds() {
-        let firsts: Vec<Who> = (0..3).map(|r| rotation(r)[0]).collect();
-        assert_eq!(firsts, vec![Who::Upstream, Who::Ours, Who::Floor]);
+    fn every_contender_goes_first_once_in_four_rounds() {
+        let firsts: Vec<Who> = (0..4).map(|r| rotation(r)[0]).collect();
+        assert_eq!(
+            firsts,
+            vec![Who::Upstream, Who::Ours, Who::OursPolicies, Who::Floor]
+        );
     }
 }

@@ -17,6 +17,7 @@ pub struct Series {
 pub const UPSTREAM: RGBColor = RGBColor(0x1f, 0x77, 0xb4);
 pub const OURS: RGBColor = RGBColor(0xd6, 0x27, 0x28);
 pub const FLOOR: RGBColor = RGBColor(0x7f, 0x7f, 0x7f);
+pub const OURS_POLICIES: RGBColor = RGBColor(0xff, 0x7f, 0x0e);
 
 const FONT_PATHS: [&str; 4] = [
     "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",

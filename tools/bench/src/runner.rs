@@ -68,6 +68,12 @@ pub struct RunResult {
     pub all_gone_secs: Option<f64>,
     pub cpu_provision_secs: f64,
     pub cpu_delete_secs: f64,
+    /// kube-apiserver + etcd CPU-seconds during provisioning and deletion
+    /// (the contender runs alone: its requests, and the binder's same work).
+    #[serde(default)]
+    pub control_plane_cpu_provision_secs: f64,
+    #[serde(default)]
+    pub control_plane_cpu_delete_secs: f64,
     pub peak_rss_kib: u64,
     pub idle_rss_kib: Option<u64>,
     pub api_provision: Counts,
@@ -288,6 +294,16 @@ fn sample(ctx: &Ctx, r: &Running) -> ProcSample {
     procfs::sample(r.pid, ctx.ticks).unwrap_or_default()
 }
 
+/// CPU-seconds kube-apiserver and etcd have used so far.
+fn control_plane_cpu(ctx: &Ctx) -> f64 {
+    ctx.cluster
+        .control_plane_pids()
+        .into_iter()
+        .filter_map(|pid| procfs::sample(pid, ctx.ticks).ok())
+        .map(|p| p.cpu_secs)
+        .sum()
+}
+
 async fn driver_stats(control: &Control) -> (usize, BTreeMap<String, f64>) {
     match control.stats().await {
         Ok(s) => (
@@ -318,7 +334,7 @@ async fn start_contender(
     let log = ctx
         .work_dir
         .join(&s.tag)
-        .join(format!("{}.log", who.label()));
+        .join(format!("{}.log", who.slug()));
     let before = ctx.cluster.request_counts().await?;
     let t_spawn = Instant::now();
     let mut running = contender::spawn(who, &ctx.bins, &flags, log)?;
@@ -359,7 +375,7 @@ async fn start_contender(
 }
 
 pub async fn run_workload(ctx: &Ctx, sc: &Scenario, who: Who, round: u32) -> RunResult {
-    let tag = format!("{}-{}-r{}", sc.name, who.label(), round);
+    let tag = format!("{}-{}-r{}", sc.name, who.slug(), round);
     let mut result = RunResult {
         scenario: sc.name.clone(),
         who: Some(who),
@@ -378,12 +394,30 @@ pub async fn run_workload(ctx: &Ctx, sc: &Scenario, who: Who, round: u32) -> Run
             return result;
         }
     };
+    let policies = if who == Who::OursPolicies {
+        match crate::policies::install(&ctx.cluster.admin, &ctx.cluster.repo, &driver_name, &ns)
+            .await
+        {
+            Ok(p) => Some(p),
+            Err(e) => {
+                result.notes.push(format!("installing the policies: {e:#}"));
+                ctx.say(&format!("{tag}: installing the policies: {e:#}"));
+                cleanup(ctx, &setup).await;
+                return result;
+            }
+        }
+    } else {
+        None
+    };
     match measure(ctx, sc, who, &setup, &mut result).await {
         Ok(()) => {}
         Err(e) => {
             ctx.say(&format!("{tag}: {e:#}"));
             result.notes.push(format!("{e:#}"));
         }
+    }
+    if let Some(p) = policies {
+        p.remove(&ctx.cluster.admin).await;
     }
     cleanup(ctx, &setup).await;
     summary(ctx, &tag, &result);
@@ -426,6 +460,7 @@ async fn measure(
     let m1 = ctx.cluster.request_counts().await?;
     let (_, d1) = driver_stats(&s.control).await;
     let c1 = sample(ctx, &running);
+    let cp1 = control_plane_cpu(ctx);
     let t0 = Instant::now();
 
     // Create: all at once (burst) or on a schedule (steady).
@@ -533,6 +568,7 @@ async fn measure(
         result.notes.push("provisioning did not complete".into());
     }
     let c2 = sample(ctx, &running);
+    let cp2 = control_plane_cpu(ctx);
     let m2 = ctx.cluster.request_counts().await?;
     {
         let st = s.observer.state();
@@ -596,10 +632,13 @@ async fn measure(
         result.notes.push("deletion did not complete".into());
     }
     let c3 = sample(ctx, &running);
+    let cp3 = control_plane_cpu(ctx);
     let m3 = ctx.cluster.request_counts().await?;
     let (_, d3) = driver_stats(&s.control).await;
     result.cpu_provision_secs = c2.cpu_secs - c1.cpu_secs;
     result.cpu_delete_secs = c3.cpu_secs - c2.cpu_secs;
+    result.control_plane_cpu_provision_secs = cp2 - cp1;
+    result.control_plane_cpu_delete_secs = cp3 - cp2;
     result.peak_rss_kib = c3.hwm_kib;
     result.api_provision = m2.since(&m1);
     result.api_delete = m3.since(&m2);
@@ -686,7 +725,7 @@ pub async fn run_idle(ctx: &Ctx, sc: &Scenario, order: &[Who]) -> Vec<RunResult>
         return results;
     }
     for &who in order {
-        let tag = format!("idle-{}", who.label());
+        let tag = format!("idle-{}", who.slug());
         ctx.say(&format!("{tag}: {}", sc.title()));
         let mut result = RunResult {
             scenario: sc.name.clone(),

@@ -1,6 +1,6 @@
 //! The benchmark end to end at its smallest, so that CI notices when it breaks:
-//! one burst of 20 claims at raised limits, each contender (upstream, ours, the
-//! floor) once, on a control plane the benchmark starts for itself. Not the
+//! one burst of 20 claims at raised limits, each contender (upstream, ours,
+//! ours with the intent policies, the floor) once, on a control plane the benchmark starts for itself. Not the
 //! shared one of `make test`: the benchmark makes the provisioner identity a
 //! cluster admin, which would void the RBAC the other tests run under.
 //!
@@ -51,7 +51,7 @@ fn a_small_burst_runs_every_contender_end_to_end() {
         out.status
     );
     assert!(
-        stdout.contains("| `burst-raised-0ms` | provisioning: volumes/s"),
+        stdout.contains("| `burst-raised-0ms` | ours+policies | provisioning: volumes/s"),
         "no targets table in the report:\n{stdout}"
     );
 
@@ -64,7 +64,11 @@ fn a_small_burst_runs_every_contender_end_to_end() {
         .map(|r| r["who"].as_str().unwrap_or("?"))
         .collect();
     seen.sort();
-    assert_eq!(seen, ["floor", "ours", "upstream"], "one run per contender");
+    assert_eq!(
+        seen,
+        ["floor", "ours", "ours+policies", "upstream"],
+        "one run per contender"
+    );
     for r in &results {
         let who = r["who"].as_str().unwrap_or("?");
         for field in ["claims", "provisioned", "bound"] {
@@ -99,7 +103,22 @@ fn a_small_burst_runs_every_contender_end_to_end() {
             r["peak_rss_kib"].as_u64() > Some(0),
             "{who}: no RSS read from /proc"
         );
+        assert!(
+            r["control_plane_cpu_provision_secs"].as_f64() > Some(0.0),
+            "{who}: no control-plane CPU read from /proc"
+        );
     }
+    // With the control plane's intent, the claims get no write of ours.
+    let with_policies = results
+        .iter()
+        .find(|r| r["who"] == "ours+policies")
+        .expect("ours+policies ran");
+    assert_eq!(
+        with_policies["api_provision"]["patch persistentvolumeclaims"].as_f64(),
+        None,
+        "no write to the claims: {}",
+        with_policies["api_provision"]
+    );
     let ours = results
         .iter()
         .find(|r| r["who"] == "ours")
