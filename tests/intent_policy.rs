@@ -370,7 +370,8 @@ async fn where_the_policy_does_not_act_the_sidecar_writes_the_intent_itself() {
 }
 
 #[tokio::test]
-async fn a_claim_deleted_while_its_volume_is_made_is_cleaned_up_by_the_intent_from_admission() {
+async fn a_claim_deleted_while_its_volume_is_made_is_cleaned_up_and_one_re_created_under_its_name_is_new()
+ {
     let rig = Rig::builder("intpol-del")
         .sidecar_args(&["--admission-intent", "--timeout=2s"])
         .start()
@@ -413,6 +414,22 @@ async fn a_claim_deleted_while_its_volume_is_made_is_cleaned_up_by_the_intent_fr
         .filter(|op| op.created)
         .count();
     assert!(created <= 1, "one volume at most was made");
+    // Re-created under the same name: a new claim (UID), handed over anew,
+    // gets the intent again and a volume of its own name.
+    let again = rig.create_claim(rig.claim("gone")).await;
+    let pv = rig.wait_bound("gone").await;
+    assert_eq!(
+        pv.metadata.name,
+        Some(format!("pvc-{}", again.metadata.uid.unwrap())),
+        "the PV is the new claim's"
+    );
+    assert_eq!(
+        rig.ledger().await.volumes.len(),
+        1,
+        "only the new claim's volume"
+    );
+    rig.delete_claim("gone").await;
+    rig.wait_claim_gone("gone").await;
     uninstall(&rig, &installed).await;
     rig.cleanup().await;
 }

@@ -24,6 +24,10 @@ use super::watch::Progress;
 
 /// How long a decision waits for the cache to catch up with its round.
 const CATCH_UP: Duration = Duration::from_millis(500);
+/// How long a round gathers asks after its first: decisions taken in a
+/// burst a few milliseconds apart share one request, and a lone one waits
+/// no longer than this for company.
+const GATHER: Duration = Duration::from_millis(10);
 
 /// What a freshness check answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,9 +83,10 @@ impl Freshness {
     }
 }
 
-/// The rounds: every ask waiting when a round starts shares its one request;
-/// asks that come while it is in flight wait for the next round (the version
-/// must come from a request sent after they began). A lone ask gets `None`.
+/// The rounds: the asks that come within [`GATHER`] of a round's first share
+/// its one request; asks that come while it is in flight wait for the next
+/// round (the version must come from a request sent after they began). A
+/// lone ask gets `None`.
 async fn rounds(
     api: Api<PersistentVolumeClaim>,
     mut asks: mpsc::UnboundedReceiver<oneshot::Sender<Option<u64>>>,
@@ -89,7 +94,8 @@ async fn rounds(
 ) {
     while let Some(first) = asks.recv().await {
         let mut round = vec![first];
-        while let Ok(more) = asks.try_recv() {
+        let until = tokio::time::Instant::now() + GATHER;
+        while let Ok(Some(more)) = tokio::time::timeout_at(until, asks.recv()).await {
             round.push(more);
         }
         let version = if round.len() < min_round {
