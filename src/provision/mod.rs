@@ -95,7 +95,10 @@ pub enum ProvisionError {
     )]
     CrossNamespaceDataSource,
     /// No ReferenceGrant of the source's namespace lets the claim use it.
-    #[error("accessing {object} of {kind} dataSource from {claim} isn't allowed")]
+    #[error(
+        "accessing {object} of {} dataSource from {claim} isn't allowed",
+        one_line(kind)
+    )]
     NotGranted {
         /// `namespace/name` of the source.
         object: String,
@@ -106,14 +109,16 @@ pub enum ProvisionError {
     #[error("the PVC source not found for PVC {claim}")]
     DataSourceWithoutName { claim: String },
     #[error(
-        "the PVC source does not belong to the right APIGroup. Expected {}, Got {got}",
-        keys::SNAPSHOT_API_GROUP
+        "the PVC source does not belong to the right APIGroup. Expected {}, Got {}",
+        keys::SNAPSHOT_API_GROUP,
+        one_line(got)
     )]
     SnapshotApiGroup { got: String },
     /// Not an error for the user: a volume populator fills claims of this kind
     /// (upstream's `IgnoredError`: an event, no retry, no `CreateVolume`).
     #[error(
-        "data source ({kind}) is not handled by the provisioner, assuming an external populator will provision it"
+        "data source ({}) is not handled by the provisioner, assuming an external populator will provision it",
+        one_line(kind)
     )]
     ExternalPopulator { kind: String },
     #[error(
@@ -143,7 +148,8 @@ pub enum ProvisionError {
     )]
     FsTypeTwice,
     #[error(
-        "failed to strip CSI Parameters of prefixed keys: found unknown parameter key \"{key}\" with reserved namespace {}",
+        "failed to strip CSI Parameters of prefixed keys: found unknown parameter key \"{}\" with reserved namespace {}",
+        one_line(key),
         keys::CSI_PARAMETER_PREFIX
     )]
     UnknownReservedParameter { key: String },
@@ -197,6 +203,28 @@ pub enum ProvisionError {
     VolumeTooSmall { got: i64, want: i64 },
 }
 
+/// A string the API server does not validate (a data source's kind or API
+/// group, a parameter key), shown as written but with its control characters
+/// escaped (`\n`), so that a user's string cannot break an event or a log
+/// line in two, nor forge one. The same text as upstream's for any string
+/// without them.
+pub fn one_line(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.chars().any(char::is_control) {
+        s.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_default().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect::<String>()
+            .into()
+    } else {
+        s.into()
+    }
+}
+
 /// Go's `%q` of a string list: `["a" "b"]`.
 fn go_quoted_list(items: &[String]) -> String {
     let quoted: Vec<String> = items.iter().map(|i| format!("{i:?}")).collect();
@@ -210,6 +238,21 @@ fn not_valid(template: &str, resolved: &str, what: &str) -> String {
         format!("{template:?} is not a valid {what} name")
     } else {
         format!("{template:?} resolved to {resolved:?} which is not a valid {what} name")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_users_string_stays_on_one_line_and_is_otherwise_as_written() {
+        assert_eq!(one_line("Restore"), "Restore");
+        assert_eq!(one_line("a\nb\tc\u{7}"), "a\\nb\\tc\\u{7}");
+        let err = ProvisionError::ExternalPopulator {
+            kind: "Backup\nlevel=error msg=forged".into(),
+        };
+        assert!(!err.to_string().contains('\n'), "{err}");
     }
 }
 
