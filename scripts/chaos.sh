@@ -7,6 +7,8 @@
 #   RESTORES=0.2 CLONES=0.1 (shares of restores and clones among the claims)
 #   NODES=3 (a node deployment of three nodes instead: a sidecar and a driver per node);
 #   NODE_DEPLOYMENT=1 is the same as NODES=3
+#   POLICIES=1 (policy mode: the shipped intent policies installed for the run, our sidecar
+#   with --admission-intent, the policies removed mid-run as a fault; upstream runs without)
 # Extra flags for tools/chaos go in CHAOS_ARGS (e.g. CHAOS_ARGS=--keep-logs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +39,7 @@ if [ -z "${CSI_TESTBED_KUBECONFIG:-}" ]; then
   eval "$(bash testbed/cluster.sh up "$CSI_TESTBED_DIR")"
 fi
 args=(--sidecar "${SIDECAR:-ours}" --seed "${SEED:-1}")
+if [ "${POLICIES:-0}" = 1 ]; then args+=(--policies); fi
 if [ -n "${SCENARIO:-}" ]; then
   args+=(--scenario "$SCENARIO")
 else

@@ -26,7 +26,7 @@ pub fn backend_snapshot_name(snapshot_uid: &str) -> String {
 }
 
 /// A claim as the API server shows it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ClaimState {
     pub name: String,
     pub uid: String,

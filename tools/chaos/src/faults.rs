@@ -1,8 +1,10 @@
 //! The fault injector: at random (seeded) moments it opens a window of API faults through
 //! the proxy, disturbs watch streams, arms a driver fault, crashes the driver, SIGKILLs
 //! a sidecar replica or the csi-snapshotter, fails the driver's snapshot calls, or freezes
-//! the Lease holder (SIGSTOP) until another replica holds the Lease; and, when the run owns its control plane, it restarts kube-apiserver and etcd
-//! once or twice. Every action is counted by kind for the report.
+//! the Lease holder (SIGSTOP) until another replica holds the Lease, or (policy mode) removes
+//! the intent policies' bindings for a while; and, when the run owns its control plane, it
+//! restarts kube-apiserver and etcd once or twice. Every action is counted by kind for the
+//! report.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -18,6 +20,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio_util::sync::CancellationToken;
 
+use crate::policies::{Policies, Which};
 use crate::world::{LEASE_DURATION, Testbed, World, lease_holder};
 
 /// Well below the sidecars' 10 s `--timeout`: slow, but answered within the caller's
@@ -34,6 +37,9 @@ pub struct FaultMix {
     /// SIGSTOP the replica holding the Lease until another replica holds it (at most the
     /// lease duration + [`PAUSE_MARGIN`]), then SIGCONT. Needs two replicas or more.
     pub pause: bool,
+    /// Policy mode only: delete the binding of one or both intent policies, create it again
+    /// 2–8 s later.
+    pub policy: bool,
     /// Restart kube-apiserver and etcd (`testbed/cluster.sh restart`) once in the load phase
     /// (twice from 6 minutes on). Only for a control plane the run owns (`make chaos` starts
     /// one): everyone else using it sees the outage too. [`FaultMix::all`] leaves it off;
@@ -54,6 +60,7 @@ impl FaultMix {
             driver: true,
             kill: true,
             pause: true,
+            policy: true,
             restart_control_plane: false,
             driver_latency_max: DEFAULT_DRIVER_LATENCY_MAX,
         }
@@ -66,12 +73,13 @@ impl FaultMix {
             driver: false,
             kill: false,
             pause: false,
+            policy: false,
             restart_control_plane: false,
             driver_latency_max: DEFAULT_DRIVER_LATENCY_MAX,
         }
     }
 
-    /// `api,watch,driver,kill,pause` (any subset), `all` or `none`. The control-plane
+    /// `api,watch,driver,kill,pause,policy` (any subset), `all` or `none`. The control-plane
     /// restart is not a family here: it is never implied by `all`.
     pub fn parse(s: &str) -> Result<FaultMix, String> {
         let mut mix = FaultMix::none();
@@ -84,6 +92,7 @@ impl FaultMix {
                 "driver" => mix.driver = true,
                 "kill" => mix.kill = true,
                 "pause" => mix.pause = true,
+                "policy" => mix.policy = true,
                 other => return Err(format!("unknown fault family {other:?}")),
             }
         }
@@ -113,6 +122,9 @@ enum Action {
     /// `CreateVolume`), so that node gives its claims back to be raced for (or
     /// rescheduled) again.
     DriverNoRoom,
+    /// Policy mode only: the binding of one or both intent policies deleted, created again
+    /// later.
+    PolicyRemoved,
 }
 
 impl Action {
@@ -136,6 +148,8 @@ impl Action {
             Action::SnapshotterKill => "csi-snapshotter: SIGKILL + restart",
             // Logged when it starts; counted by its outcome (PAUSED, ...).
             Action::LeaderPause => "sidecar: SIGSTOP of the Lease holder",
+            // Counted by which bindings went (POLICY_REMOVED_*).
+            Action::PolicyRemoved => "policy: bindings removed",
         }
     }
 
@@ -158,6 +172,7 @@ impl Action {
             Action::SidecarKill => 2,
             Action::SnapshotterKill => 1,
             Action::LeaderPause => 2,
+            Action::PolicyRemoved => 2,
         }
     }
 
@@ -177,11 +192,13 @@ impl Action {
             | Action::DriverNoRoom => mix.driver,
             Action::SidecarKill | Action::SnapshotterKill => mix.kill,
             Action::LeaderPause => mix.pause,
+            Action::PolicyRemoved => mix.policy,
         }
     }
 }
 
-const ALL_ACTIONS: [Action; 17] = [
+// A new action goes last: a run without it draws the same schedule as before.
+const ALL_ACTIONS: [Action; 18] = [
     Action::ApiError,
     Action::ApiLostResponse,
     Action::ApiSlow,
@@ -199,6 +216,7 @@ const ALL_ACTIONS: [Action; 17] = [
     Action::SnapshotterKill,
     Action::LeaderPause,
     Action::DriverNoRoom,
+    Action::PolicyRemoved,
 ];
 
 /// Report labels of the leader pause and the control-plane restart (counted when their
@@ -209,6 +227,10 @@ pub const PAUSED_KILLED: &str = "sidecar: paused leader SIGKILLed while frozen";
 pub const PAUSED_EXITED: &str = "sidecar: paused leader exited after SIGCONT";
 pub const RESTARTED: &str = "control plane: kube-apiserver + etcd restarted";
 pub const RESTART_FAILED: &str = "control plane: restart FAILED";
+/// Report labels of the policy removal, by what was removed.
+pub const POLICY_REMOVED_BOTH: &str = "policy: both bindings removed for a while";
+pub const POLICY_REMOVED_PROVISIONING: &str = "policy: provisioning binding removed for a while";
+pub const POLICY_REMOVED_RELEASE: &str = "policy: release binding removed for a while";
 
 /// How long past the lease duration a frozen leader may wait for another replica to take
 /// the Lease (the others poll every second and must see it unchanged for a whole term).
@@ -278,9 +300,9 @@ pub async fn inject(
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_fa17);
     let latency_max = (mix.driver_latency_max.as_millis() as u64).max(501);
     let counts: Counts = Arc::default();
-    let (replicas, node_deployment) = {
+    let (replicas, node_deployment, policies) = {
         let w = world.lock().await;
-        (w.replicas.len(), w.node_key.is_some())
+        (w.replicas.len(), w.node_key.is_some(), w.policies.clone())
     };
     let actions: Vec<Action> = ALL_ACTIONS
         .iter()
@@ -291,6 +313,8 @@ pub async fn inject(
         .filter(|a| *a != Action::LeaderPause || (replicas >= 2 && !node_deployment))
         // Without topology a full driver is only a final error, retried in place.
         .filter(|a| *a != Action::DriverNoRoom || node_deployment)
+        // Policies can be removed only where they were installed.
+        .filter(|a| *a != Action::PolicyRemoved || policies.is_some())
         // A node deployment makes no restores or clones: no snapshot faults either.
         .filter(|a| {
             !node_deployment || !matches!(a, Action::DriverSnapshotError | Action::SnapshotterKill)
@@ -360,6 +384,8 @@ pub async fn inject(
         let window = Duration::from_millis(rng.random_range(1000..5000));
         let done = if action == Action::LeaderPause {
             pause_leader(&world, &counts, &pausing, &stop, &mut windows).await
+        } else if let (Action::PolicyRemoved, Some(p)) = (action, &policies) {
+            remove_policies(&world, p, &counts, &mut rng, &stop, &mut windows).await
         } else {
             let done = apply(&world, action, window, latency_max, &mut rng, &mut windows).await;
             if done {
@@ -464,6 +490,50 @@ async fn pause_leader(
             }
         }
         pausing.store(false, Ordering::SeqCst);
+    });
+    true
+}
+
+/// Deletes the binding of both intent policies (half the time), or of one, and starts the
+/// task that creates it again 2–8 s later (or when the injection stops). Claims handed over
+/// meanwhile get no intent from admission (the sidecar writes it, fenced); claims bound
+/// meanwhile keep it until the sidecar releases it. False (nothing done) when one of them is
+/// still removed by an earlier window.
+async fn remove_policies(
+    world: &Arc<tokio::sync::Mutex<World>>,
+    policies: &Arc<Policies>,
+    counts: &Counts,
+    rng: &mut StdRng,
+    stop: &CancellationToken,
+    windows: &mut tokio::task::JoinSet<()>,
+) -> bool {
+    let (which, label): (&'static [Which], _) = match rng.random_range(0..4) {
+        0 | 1 => (&Which::BOTH, POLICY_REMOVED_BOTH),
+        2 => (&[Which::Provisioning], POLICY_REMOVED_PROVISIONING),
+        _ => (&[Which::Release], POLICY_REMOVED_RELEASE),
+    };
+    let gone_for = Duration::from_millis(rng.random_range(2000..8000));
+    match policies.remove(which).await {
+        Ok(true) => {}
+        Ok(false) => return false,
+        Err(e) => {
+            eprintln!("chaos: removing a policy binding: {e}");
+            return false;
+        }
+    }
+    count(counts, label);
+    log_line(world, &format!("{label}: for {} ms", gone_for.as_millis())).await;
+    let (world, policies, stop) = (world.clone(), policies.clone(), stop.clone());
+    windows.spawn(async move {
+        tokio::select! {
+            _ = tokio::time::sleep(gone_for) => {}
+            _ = stop.cancelled() => {}
+        }
+        let line = match policies.restore(Some(which)).await {
+            Ok(()) => format!("policy: {which:?} binding(s) installed again"),
+            Err(e) => format!("policy: installing {which:?} again FAILED: {e}"),
+        };
+        log_line(&world, &line).await;
     });
     true
 }
@@ -805,6 +875,8 @@ mod tests {
         assert_eq!(FaultMix::parse("all"), Ok(all));
         let mix = FaultMix::parse("kill,pause").expect("parses");
         assert!(mix.kill && mix.pause && !mix.api && !mix.restart_control_plane);
+        assert!(!mix.policy && FaultMix::all().policy);
+        assert!(FaultMix::parse("policy").expect("parses").policy);
         assert!(FaultMix::parse("restart").is_err());
     }
 

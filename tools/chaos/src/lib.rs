@@ -3,10 +3,13 @@
 //! claims come and go, the API misbehaves, the driver fails and crashes, sidecars are
 //! SIGKILLed, the Lease holder is frozen past its lease, and (on a control plane of its
 //! own) kube-apiserver and etcd restart. At the end an invariant checker compares the driver's ledger with the API.
+//! In policy mode the shipped intent policies are installed (and removed mid-run as a fault).
 //! See docs/reliability.md.
 
 pub mod check;
 pub mod faults;
+pub mod intent;
+pub mod policies;
 pub mod procs;
 pub mod report;
 pub mod run;

@@ -38,9 +38,11 @@ struct Args {
     /// 0: the central deployment of --replicas.
     #[arg(long, default_value_t = 0)]
     nodes: usize,
-    /// Fault families: any of api,watch,driver,kill,pause; or all, none. `kill`: SIGKILL a
-    /// replica, restart it. `pause`: SIGSTOP the replica holding the Lease until another
-    /// holds it (at most lease + 6s), then SIGCONT (only with 2+ replicas).
+    /// Fault families: any of api,watch,driver,kill,pause,policy; or all, none. `kill`:
+    /// SIGKILL a replica, restart it. `pause`: SIGSTOP the replica holding the Lease until
+    /// another holds it (at most lease + 6s), then SIGCONT (only with 2+ replicas). `policy`
+    /// (with --policies): delete the binding of one or both intent policies, create it again
+    /// 2-8s later.
     #[arg(long, default_value = "all", value_parser = FaultMix::parse)]
     faults: FaultMix,
     /// Also restart kube-apiserver and etcd mid-run (`testbed/cluster.sh restart
@@ -63,9 +65,15 @@ struct Args {
     #[arg(long)]
     keep_logs: bool,
     /// Run a named scenario instead of a random run: issue-486, issue-1469,
-    /// restart-during-cleanup.
+    /// issue-1469-pv-gone, restart-during-cleanup.
     #[arg(long)]
     scenario: Option<String>,
+    /// Policy mode: install the shipped intent policies (deploy/kubernetes/provisioning-
+    /// intent-policy.yaml and release-intent-policy.yaml) for the run's driver, bound to the
+    /// run's namespace, removed at the end; our sidecar runs with --admission-intent.
+    /// Upstream's sidecar (--sidecar upstream or both) runs without them. Not with --nodes.
+    #[arg(long)]
+    policies: bool,
 }
 
 fn share(s: &str) -> Result<f64, String> {
@@ -106,6 +114,13 @@ async fn run(args: Args) -> Result<usize, String> {
         s => vec![s.parse()?],
     };
     let scenario: Option<Scenario> = args.scenario.as_deref().map(str::parse).transpose()?;
+    if args.policies && args.nodes > 0 && scenario.is_none() {
+        return Err(
+            "--policies cannot be used with --nodes (the sidecar refuses --admission-intent \
+             with --node-deployment)"
+                .into(),
+        );
+    }
     if args.restores + args.clones > 1.0 {
         return Err("--restores plus --clones must not exceed 1".into());
     }
@@ -120,7 +135,15 @@ async fn run(args: Args) -> Result<usize, String> {
     for sidecar in sidecars {
         let report = match scenario {
             Some(s) => {
-                chaos::scenarios::run(&testbed, s, sidecar, args.seed, args.keep_logs).await?
+                chaos::scenarios::run(
+                    &testbed,
+                    s,
+                    sidecar,
+                    args.seed,
+                    args.keep_logs,
+                    args.policies,
+                )
+                .await?
             }
             None => {
                 let cfg = ChaosConfig {
@@ -141,6 +164,7 @@ async fn run(args: Args) -> Result<usize, String> {
                     keep_dir: args.keep_logs,
                     restores: args.restores,
                     clones: args.clones,
+                    policies: args.policies,
                 };
                 chaos::run(&testbed, &cfg).await?
             }

@@ -11,15 +11,48 @@ use std::time::Duration;
 use csi_test_driver::ledger::ContentSource;
 
 use crate::check::{InvariantResult, NodeTally, Snapshot};
+use crate::intent::IntentCounts;
 use crate::world::{LeaderTrack, Sidecar, World};
 
 /// Violations listed per invariant before "... and N more".
 const SHOWN: usize = 8;
 
+/// Which mode a sidecar ran in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// No intent policies; the sidecar writes the intent itself.
+    Default,
+    /// Policy mode: the shipped intent policies installed, our sidecar on `--admission-intent`.
+    Policies,
+    /// Policy mode was asked for, but this is upstream's sidecar: it runs without them (they
+    /// name our finalizer, which it would never remove).
+    UpstreamWithoutPolicies,
+}
+
+impl Mode {
+    /// The mode `sidecar` runs in when policy mode is (or is not) asked for.
+    pub fn of(policies: bool, sidecar: Sidecar) -> Mode {
+        match (policies, sidecar) {
+            (false, _) => Mode::Default,
+            (true, Sidecar::Ours) => Mode::Policies,
+            (true, Sidecar::Upstream) => Mode::UpstreamWithoutPolicies,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Mode::Default => "default",
+            Mode::Policies => "policies (intent policies installed, --admission-intent)",
+            Mode::UpstreamWithoutPolicies => "default (policies are never installed for upstream)",
+        }
+    }
+}
+
 pub struct Report {
     pub title: String,
     pub seed: u64,
     pub sidecar: Sidecar,
+    pub mode: Mode,
     pub replicas: usize,
     pub workload: Vec<(&'static str, u64)>,
     pub timing: Vec<(&'static str, Duration)>,
@@ -46,6 +79,7 @@ impl Report {
             title: title.to_string(),
             seed,
             sidecar: Sidecar::Ours,
+            mode: Mode::Default,
             replicas: 0,
             workload: Vec::new(),
             timing: Vec::new(),
@@ -116,6 +150,24 @@ impl Report {
         ];
     }
 
+    /// Where the claims' intent came from (workload rows; all zero with upstream's sidecar,
+    /// whose claims never hold our intent).
+    pub fn add_intents(&mut self, c: &IntentCounts) {
+        self.workload.extend([
+            ("claims given the intent by admission (policy)", c.admission),
+            ("claims given the intent by the sidecar's write", c.sidecar),
+            ("claims given the intent by another writer", c.other),
+            (
+                "claims seen bound still holding the intent",
+                c.bound_holding,
+            ),
+            (
+                "  of them still holding it at check time",
+                c.bound_holding_at_check,
+            ),
+        ]);
+    }
+
     pub fn violations(&self) -> usize {
         self.invariants.iter().map(|r| r.violations.len()).sum()
     }
@@ -131,6 +183,7 @@ impl Report {
             self.replicas,
             self.seed
         );
+        let _ = writeln!(out, "mode: {}", self.mode.label());
         let section = |out: &mut String, title: &str, rows: Vec<(String, String)>| {
             if rows.is_empty() {
                 return;

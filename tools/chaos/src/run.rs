@@ -24,7 +24,8 @@ use crate::check::{
     SNAPSHOT_KIND, Snapshot, SnapshotState, SourceKind, VolumeState,
 };
 use crate::faults::{self, FaultMix};
-use crate::report::Report;
+use crate::intent::IntentTally;
+use crate::report::{Mode, Report};
 use crate::world::{Sidecar, StageOptions, Testbed, World};
 
 /// The scheduler's annotation of a WaitForFirstConsumer claim; in a node deployment the
@@ -58,6 +59,9 @@ pub struct ChaosConfig {
     pub restores: f64,
     /// Share of the claims cloned from an earlier Bound claim.
     pub clones: f64,
+    /// Policy mode: the shipped intent policies installed for the run (our sidecar with
+    /// `--admission-intent`; upstream's runs without them, as without this).
+    pub policies: bool,
 }
 
 /// Default shares of restores and clones among the claims of a run.
@@ -87,6 +91,7 @@ impl Default for ChaosConfig {
             keep_dir: false,
             restores: DEFAULT_RESTORES,
             clones: DEFAULT_CLONES,
+            policies: false,
         }
     }
 }
@@ -136,6 +141,8 @@ pub(crate) struct Book {
     snapshotted: Mutex<BTreeSet<String>>,
     /// WaitForFirstConsumer claims a node sent back that the runner selected a node for again.
     rescheduled: AtomicUsize,
+    /// Where the claims' intent came from (admission or the sidecar's write).
+    pub(crate) intents: IntentTally,
 }
 
 impl Book {
@@ -466,6 +473,7 @@ fn observe(world: &World, book: Arc<Book>, seed: u64, stop: CancellationToken) {
                 }
                 continue;
             };
+            book.intents.see(&claim);
             let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
             let name = claim.name_any();
             let sent_back = !bound
@@ -805,6 +813,11 @@ pub(crate) async fn teardown_check(
 pub(crate) async fn faults_off(world: &Arc<tokio::sync::Mutex<World>>) {
     let mut w = world.lock().await;
     w.proxy.clear();
+    if let Some(p) = &w.policies
+        && let Err(e) = p.restore(None).await
+    {
+        eprintln!("chaos: installing the policies again: {e}");
+    }
     for driver in w.drivers_mut() {
         let _ = driver.ensure_running().await;
         if let Ok(c) = driver.control().await {
@@ -823,6 +836,7 @@ pub(crate) async fn faults_off(world: &Arc<tokio::sync::Mutex<World>>) {
 /// Runs a random chaos run and reports it.
 pub async fn run(testbed: &Testbed, cfg: &ChaosConfig) -> Result<Report, String> {
     let started = Instant::now();
+    let mode = Mode::of(cfg.policies, cfg.sidecar);
     let world = World::setup(
         testbed,
         &StageOptions {
@@ -834,6 +848,7 @@ pub async fn run(testbed: &Testbed, cfg: &ChaosConfig) -> Result<Report, String>
             csi_timeout: "10s".into(),
             extra_args: Vec::new(),
             keep_dir: cfg.keep_dir,
+            policies: mode == Mode::Policies,
         },
     )
     .await?;
@@ -1088,6 +1103,7 @@ pub async fn run(testbed: &Testbed, cfg: &ChaosConfig) -> Result<Report, String>
     };
     let mut report = Report::new(&title, cfg.seed);
     report.sidecar = cfg.sidecar;
+    report.mode = mode;
     report.replicas = w.replicas.len();
     report.workload = vec![
         ("claims created", workload.created as u64),
@@ -1129,6 +1145,7 @@ pub async fn run(testbed: &Testbed, cfg: &ChaosConfig) -> Result<Report, String>
             workload.snapshots_retired as u64,
         ),
     ];
+    report.add_intents(&book.intents.counts(&snap));
     report.timing = vec![
         ("load phase", load_time),
         ("settle phase", settle_time),

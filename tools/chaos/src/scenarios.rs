@@ -18,6 +18,9 @@
 //! - `restart-during-cleanup` (found by our soak): a claim deleted during provisioning is
 //!   being cleaned up; the sidecar dies while its `DeleteVolume` is in flight, the backend
 //!   finishes it. The restarted sidecar must not create the volume again to learn a handle.
+//!
+//! Each runs in policy mode too (`policies`): the claim's intent then comes from admission,
+//! and our sidecar checks its copy of the claim in a freshness round instead of writing.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,7 +30,8 @@ use csi_test_driver::control::Fault as DriverFault;
 use kube_fault_proxy::{Fault, Rule};
 use tokio_util::sync::CancellationToken;
 
-use crate::report::Report;
+use crate::intent::IntentTally;
+use crate::report::{Mode, Report};
 use crate::run::{Book, Fate, Record, claim_body, create_claim, delete_later, faults_off, settle};
 use crate::world::{Sidecar, StageOptions, Testbed, World};
 
@@ -69,14 +73,18 @@ fn err(what: &str) -> impl Fn(csi_test_driver::control::ClientError) -> String +
     move |e| format!("{what}: {e}")
 }
 
+/// Runs `scenario` against `sidecar`; with `policies`, our sidecar in policy mode (upstream's
+/// never: it runs as without, and the report says so).
 pub async fn run(
     testbed: &Testbed,
     scenario: Scenario,
     sidecar: Sidecar,
     seed: u64,
     keep_dir: bool,
+    policies: bool,
 ) -> Result<Report, String> {
     let started = Instant::now();
+    let mode = Mode::of(policies, sidecar);
     let world = World::setup(
         testbed,
         &StageOptions {
@@ -88,12 +96,14 @@ pub async fn run(
             csi_timeout: "30s".into(),
             extra_args: Vec::new(),
             keep_dir,
+            policies: mode == Mode::Policies,
         },
     )
     .await?;
     let background = CancellationToken::new();
     let leader = world.track_leader(background.clone());
     let book = Arc::new(Book::default());
+    let intents = watch_intents(&world, background.clone());
     let world = Arc::new(tokio::sync::Mutex::new(world));
     let steps = match scenario {
         Scenario::Issue486 => issue_486(&world, &book).await,
@@ -109,6 +119,7 @@ pub async fn run(
         .into_inner();
     let mut report = Report::new(scenario.name(), seed);
     report.sidecar = sidecar;
+    report.mode = mode;
     report.replicas = 1;
     report.actions = steps?;
     report.fill_from(&w, &leader, &snap);
@@ -119,11 +130,37 @@ pub async fn run(
             book.created().iter().filter(|c| c.deleted).count() as u64,
         ),
     ];
+    report.add_intents(&intents.counts(&snap));
     report.timing = vec![("total", started.elapsed())];
     report.invariants = invariants;
     report.dir = keep_dir.then(|| w.dir.clone());
     w.teardown().await;
     Ok(report)
+}
+
+/// Tallies where the claims' intent came from, from a watch of the scenario's claims.
+fn watch_intents(world: &World, stop: CancellationToken) -> Arc<IntentTally> {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let tally = Arc::new(IntentTally::default());
+    let stream = watcher(world.claims(), watcher::Config::default())
+        .default_backoff()
+        .applied_objects();
+    let t = tally.clone();
+    tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        loop {
+            tokio::select! {
+                next = stream.next() => match next {
+                    Some(Ok(claim)) => t.see(&claim),
+                    Some(Err(_)) => {}
+                    None => return,
+                },
+                _ = stop.cancelled() => return,
+            }
+        }
+    });
+    tally
 }
 
 async fn create(

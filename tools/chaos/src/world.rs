@@ -3,7 +3,8 @@
 //! the fault-injecting test driver (with snapshots and clones), the csi-snapshotter next to
 //! it with a VolumeSnapshotClass (the snapshot-controller runs with the control plane), the
 //! fault-injecting API proxy, and the sidecar replicas (ours or upstream's) talking to the
-//! API server only through the proxy.
+//! API server only through the proxy. In policy mode, also the two shipped intent policies
+//! for the driver, bound to the namespace, with our sidecars on `--admission-intent`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -25,6 +26,7 @@ use kube_fault_proxy::Proxy;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::policies::Policies;
 use crate::procs::{Driver, Replica, SidecarCommand};
 
 /// Which sidecar the run exercises.
@@ -137,6 +139,10 @@ pub struct StageOptions {
     pub extra_args: Vec<String>,
     /// Keep the work directory (logs, ledger) after the run.
     pub keep_dir: bool,
+    /// Policy mode: the shipped intent policies installed for the driver (bound to the
+    /// namespace) and our sidecar started with `--admission-intent`. Ours only, central
+    /// deployment only.
+    pub policies: bool,
 }
 
 pub struct World {
@@ -166,6 +172,8 @@ pub struct World {
     pub stop: CancellationToken,
     pub dir: PathBuf,
     pub sidecar: Sidecar,
+    /// Policy mode: the installed policies (removed at teardown).
+    pub policies: Option<Arc<Policies>>,
     pub testbed: Testbed,
     tmp: Option<tempfile::TempDir>,
 }
@@ -220,6 +228,13 @@ pub async fn admin_client(kubeconfig: &Path) -> Result<(Client, kube::Config), S
 
 impl World {
     pub async fn setup(testbed: &Testbed, opts: &StageOptions) -> Result<World, String> {
+        if opts.policies && (opts.sidecar != Sidecar::Ours || opts.nodes > 0) {
+            return Err(
+                "policy mode is for our sidecar in a central deployment only (upstream would \
+                 never remove our intent; --admission-intent is refused with --node-deployment)"
+                    .into(),
+            );
+        }
         let (client, config) = admin_client(&testbed.kubeconfig).await?;
         let base = format!("chaos-{}-{:04x}", opts.seed, rand::random::<u16>());
         let tmp = tempfile::Builder::new()
@@ -388,9 +403,21 @@ impl World {
             stop,
             dir,
             sidecar: opts.sidecar,
+            policies: None,
             testbed: testbed.clone(),
             tmp: Some(tmp),
         };
+        if opts.policies {
+            // Before any replica starts: every claim of the run is handed over under them.
+            let installed = Policies::install(&world.client, &world.driver_name, &world.ns).await;
+            match installed {
+                Ok(p) => world.policies = Some(Arc::new(p)),
+                Err(e) => {
+                    world.teardown().await;
+                    return Err(e);
+                }
+            }
+        }
         if opts.keep_dir
             && let Some(t) = world.tmp.take()
         {
@@ -464,6 +491,9 @@ impl World {
                 std::env::var("CHAOS_SIDECAR_V").unwrap_or_else(|_| "4".into())
             ),
         ]);
+        if opts.policies {
+            args.push("--admission-intent".into());
+        }
         args.extend(opts.extra_args.iter().cloned());
         let log = self.dir.join(format!("sidecar-{index}.log"));
         let mut env = Vec::new();
@@ -611,6 +641,9 @@ impl World {
     /// Stops the sidecars and the driver and removes everything the run created from the
     /// cluster (finalizers included, so nothing is left Terminating on a shared test bed).
     pub async fn teardown(mut self) {
+        if let Some(p) = self.policies.take() {
+            p.uninstall().await;
+        }
         self.stop.cancel();
         for r in self.replicas.drain(..) {
             r.join().await;

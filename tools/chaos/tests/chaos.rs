@@ -5,7 +5,9 @@
 //! our sidecar while the upstream sidecar demonstrably leaks in #486; and a cleanup cut
 //! short after its DeleteVolume must not create a second volume (found by the soak). The
 //! same in a node deployment: three nodes, a sidecar and a driver each, Immediate claims
-//! raced for, sidecars killed, a node running out of room.
+//! raced for, sidecars killed, a node running out of room. And in policy mode: the shipped
+//! intent policies installed for the run (their bindings removed and re-installed mid-run),
+//! our sidecar on `--admission-intent`.
 //!
 //! Needs the test bed (`make test`, or `cluster.sh up`) and the workspace binaries
 //! (`cargo build --workspace --bins`). A longer soak: `make chaos`.
@@ -16,6 +18,7 @@ use chaos::check::{
     CLONE_SOURCE_KEPT, MADE_FROM_SOURCE, NO_LEAK, NO_RESTORE_FROM_DELETED, ON_SELECTED_NODE,
     SOURCES_RELEASED,
 };
+use chaos::report::Mode;
 use chaos::{ChaosConfig, FaultMix, Report, Scenario, Sidecar, Testbed};
 
 fn testbed() -> Testbed {
@@ -40,6 +43,14 @@ fn backend(report: &Report, what: &str) -> u64 {
         .unwrap_or_else(|| panic!("no backend counter {what:?}"))
 }
 
+/// Runs a random run and prints its table; returns both.
+async fn run_and_print(cfg: &ChaosConfig) -> (Report, String) {
+    let report = chaos::run(&testbed(), cfg).await.expect("chaos run");
+    let table = report.render();
+    println!("{table}");
+    (report, table)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_sidecar_survives_a_bounded_chaos_run_without_violations() {
     let cfg = ChaosConfig {
@@ -56,10 +67,9 @@ async fn our_sidecar_survives_a_bounded_chaos_run_without_violations() {
         keep_dir: false,
         restores: chaos::run::DEFAULT_RESTORES,
         clones: chaos::run::DEFAULT_CLONES,
+        policies: false,
     };
-    let report = chaos::run(&testbed(), &cfg).await.expect("chaos run");
-    let table = report.render();
-    println!("{table}");
+    let (report, table) = run_and_print(&cfg).await;
     // Not vacuous: claims came and went, and every family of faults was injected.
     let created = report.workload[0].1;
     assert!(created >= 150, "only {created} claims created\n{table}");
@@ -131,9 +141,7 @@ async fn our_sidecar_survives_a_bounded_node_deployment_chaos_run_without_violat
         settle: Duration::from_secs(90),
         ..ChaosConfig::default()
     };
-    let report = chaos::run(&testbed(), &cfg).await.expect("chaos run");
-    let table = report.render();
-    println!("{table}");
+    let (report, table) = run_and_print(&cfg).await;
     // Not vacuous: claims on every path, nodes sent claims back, sidecars were killed, and
     // the node row was judged.
     assert!(
@@ -175,10 +183,63 @@ async fn our_sidecar_survives_a_bounded_node_deployment_chaos_run_without_violat
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_sidecar_survives_a_bounded_policy_mode_chaos_run_without_violations() {
+    // The intent from admission, every fault kind, and the policies removed for a while
+    // (this seed removes both bindings once and the provisioning one once).
+    let cfg = ChaosConfig {
+        sidecar: Sidecar::Ours,
+        seed: 20261208,
+        claims: 120,
+        rate: 4.0,
+        duration: Duration::from_secs(45),
+        policies: true,
+        faults: FaultMix::all(),
+        settle: Duration::from_secs(90),
+        ..ChaosConfig::default()
+    };
+    let (report, table) = run_and_print(&cfg).await;
+    assert_eq!(report.mode, Mode::Policies, "{table}");
+    assert!(
+        workload(&report, "claims created") >= 100,
+        "too few claims\n{table}"
+    );
+    // Not vacuous: the policies were in force for claims (the intent came with
+    // kube-controller-manager's hand-over, owned by no manager), they were removed mid-run,
+    // and claims handed over meanwhile got the sidecar's own fenced write.
+    assert!(
+        workload(&report, "claims given the intent by admission (policy)") > 0,
+        "no claim got the intent from admission\n{table}"
+    );
+    assert!(
+        report.actions.keys().any(|k| k.starts_with("policy:")),
+        "the policies were never removed\n{table}"
+    );
+    assert!(
+        workload(&report, "claims given the intent by the sidecar's write") > 0,
+        "no claim was handed over while the provisioning policy was gone\n{table}"
+    );
+    assert_eq!(
+        workload(&report, "claims given the intent by another writer"),
+        0,
+        "{table}"
+    );
+    assert!(report.sidecar_kills > 0, "no sidecar killed\n{table}");
+    assert!(backend(&report, "volumes deleted") > 0, "{table}");
+    assert_eq!(report.violations(), 0, "\n{table}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn issue_486_restart_mid_create_then_delete_leaves_no_volume_with_our_sidecar() {
-    let report = chaos::scenarios::run(&testbed(), Scenario::Issue486, Sidecar::Ours, 486, false)
-        .await
-        .expect("scenario");
+    let report = chaos::scenarios::run(
+        &testbed(),
+        Scenario::Issue486,
+        Sidecar::Ours,
+        486,
+        false,
+        false,
+    )
+    .await
+    .expect("scenario");
     let table = report.render();
     println!("{table}");
     // The orphaned CreateVolume did create a volume, and we deleted it.
@@ -194,6 +255,7 @@ async fn issue_486_leaks_with_the_upstream_sidecar() {
         Scenario::Issue486,
         Sidecar::Upstream,
         486,
+        false,
         false,
     )
     .await
@@ -212,7 +274,7 @@ async fn issue_486_leaks_with_the_upstream_sidecar() {
 /// A late second sync of a claim (#1469) with our sidecar: one volume for the
 /// claim's life, deleted with it; none made by the late sync.
 async fn late_sync_creates_no_second_volume(scenario: Scenario, seed: u64) {
-    let report = chaos::scenarios::run(&testbed(), scenario, Sidecar::Ours, seed, false)
+    let report = chaos::scenarios::run(&testbed(), scenario, Sidecar::Ours, seed, false, false)
         .await
         .expect("scenario");
     let table = report.render();
@@ -243,6 +305,7 @@ async fn a_cleanup_interrupted_after_its_delete_volume_creates_no_second_volume(
         Scenario::RestartDuringCleanup,
         Sidecar::Ours,
         7,
+        false,
         false,
     )
     .await
