@@ -21,9 +21,14 @@ demo:
 image:
 	@bash scripts/image.sh
 
+# cargo-deny is installed on first use (scripts/cargo-deny.sh) and reads deny.toml; offline,
+# on the crates of the host's target that the build downloaded (see deny.toml).
+HOST_TARGET = $(shell rustc -vV | sed -n 's/^host: //p')
+
 lint:
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	bash scripts/cargo-deny.sh --workspace --offline --locked --target $(HOST_TARGET) check --hide-inclusion-graph licenses bans
 
 # Benchmarks (not tests): our sidecar against the upstream Go sidecar and a
 # minimal floor client on one local control plane; updates docs/benchmarks.md.

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 # First, so that formatting or a clippy warning fails the run before the long part (`make lint`).
-echo "== lint: cargo fmt --check, cargo clippy -D warnings"
+echo "== lint: cargo fmt --check, cargo clippy -D warnings, cargo deny check licenses bans"
 make --no-print-directory lint
 echo "== test bed (Go: etcd, kube-apiserver, kube-controller-manager, upstream CSI tools)"
 bash testbed/build.sh >/dev/null

@@ -10,6 +10,7 @@ use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 
+use crate::names::BindingMode;
 use crate::quantity;
 
 /// Label of every object: the driver it reports on.
@@ -116,7 +117,10 @@ pub fn items(
         .filter(|c| c.provisioner == driver)
         .filter(|c| {
             for_immediate_binding
-                || c.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer")
+                || c.volume_binding_mode
+                    .as_deref()
+                    .and_then(BindingMode::parse)
+                    == Some(BindingMode::WaitForFirstConsumer)
         })
         .flat_map(|c| {
             segments.iter().map(|s| Item {

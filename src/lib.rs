@@ -15,6 +15,7 @@ pub mod keys;
 pub mod kube;
 pub mod logging;
 pub mod metrics;
+pub mod names;
 pub mod provision;
 pub mod quantity;
 pub mod run;

@@ -125,8 +125,8 @@ fn workqueue_histogram() -> Histogram {
 }
 
 impl Metrics {
-    /// Creates the metric families and registers them in `registry`.
-    pub fn register(registry: &mut Registry) -> Metrics {
+    /// The metric families, empty but for the scrape counts upstream starts at zero.
+    fn families() -> Metrics {
         let m = Metrics {
             csi_operations: Family::new_with_constructor(csi_histogram),
             provision_total: Family::default(),
@@ -149,6 +149,13 @@ impl Metrics {
                 .get_or_create(&CodeLabels { code: code.into() })
                 .inc_by(0);
         }
+        m
+    }
+
+    /// Creates the metric families and registers them in `registry` under
+    /// upstream's names, all in this one place.
+    pub fn register(registry: &mut Registry) -> Metrics {
+        let m = Metrics::families();
         registry.register(
             "csi_sidecar_operations_seconds",
             "Duration of CSI calls, by driver, gRPC method and status code",

@@ -1,7 +1,10 @@
 //! Build hygiene that neither rustc nor clippy checks: every dependency a
-//! workspace member declares is used by that member's code, and the
-//! workspace has one `rust-version`, the one README states. (`make lint`,
-//! which `make test` runs first, covers formatting and clippy.)
+//! workspace member declares is used by that member's code and takes its
+//! version from `[workspace.dependencies]`, every member takes the workspace's
+//! lints, the workspace has one `rust-version` (the one README states), and no
+//! function in `src/` outside tests is longer than 80 lines unless
+//! docs/architecture.md says why. (`make lint`, which `make test` runs first,
+//! covers formatting, clippy, and licences and bans with cargo-deny.)
 
 use std::path::{Path, PathBuf};
 
@@ -215,5 +218,339 @@ fn one_rust_version_for_the_workspace_and_the_readme_states_it() {
     assert!(
         readme.contains(&format!("Rust {version} or newer")),
         "README states the minimum Rust as `Rust {version} or newer`"
+    );
+}
+
+/// `[dependencies]`, `[dev-dependencies]`, `[build-dependencies]` and their
+/// target-specific forms.
+fn is_dependency_section(section: &str) -> bool {
+    let last = section.rsplit('.').next().unwrap_or_default();
+    matches!(
+        last,
+        "dependencies" | "dev-dependencies" | "build-dependencies"
+    ) && !section.starts_with("workspace")
+}
+
+#[test]
+fn every_member_takes_each_dependency_from_the_workspace() {
+    let mut own = Vec::new();
+    let mut used = std::collections::BTreeSet::new();
+    for member in members() {
+        let manifest = read(&member.join("Cargo.toml"));
+        for (section, line) in sections(&manifest) {
+            if !is_dependency_section(&section) {
+                continue;
+            }
+            // Features may be added; what the workspace pins may not be said again.
+            let inherited = line.contains("workspace = true")
+                && !["version", "path", "git", "package", "default-features"]
+                    .iter()
+                    .any(|k| line.contains(&format!("{k} =")));
+            if !inherited {
+                let name = member.strip_prefix(root()).unwrap_or(&member).display();
+                own.push(format!("./{name} [{section}]: {line}"));
+            }
+            used.insert(key(&line).unwrap_or_default().to_string());
+        }
+    }
+    assert!(
+        own.is_empty(),
+        "declare the version (and the default features) once in the root Cargo.toml's \
+         [workspace.dependencies], and `name.workspace = true` (or `{{ workspace = true, \
+         features = [...] }}`) in the member:\n{}",
+        own.join("\n")
+    );
+    let declared: Vec<String> = sections(&read(&root().join("Cargo.toml")))
+        .into_iter()
+        .filter(|(section, _)| section == "workspace.dependencies")
+        .filter_map(|(_, line)| key(&line).map(str::to_string))
+        .collect();
+    let unused: Vec<&String> = declared.iter().filter(|d| !used.contains(*d)).collect();
+    assert!(
+        unused.is_empty(),
+        "in [workspace.dependencies] and used by no member: {unused:?}"
+    );
+}
+
+#[test]
+fn every_member_takes_the_workspace_lints() {
+    for member in members() {
+        let manifest = read(&member.join("Cargo.toml"));
+        let lints: Vec<(String, String)> = sections(&manifest)
+            .into_iter()
+            .filter(|(section, _)| section == "lints" || section.starts_with("lints."))
+            .collect();
+        assert_eq!(
+            lints,
+            [("lints".to_string(), "workspace = true".to_string())],
+            "{}: `[lints] workspace = true` and no lints of its own (they go in the root's \
+             [workspace.lints])",
+            member.display()
+        );
+    }
+    let root_manifest = read(&root().join("Cargo.toml"));
+    assert!(
+        sections(&root_manifest).iter().any(|(section, line)| {
+            section == "workspace.lints.rust" && line == "unsafe_code = \"forbid\""
+        }),
+        "the workspace forbids unsafe code"
+    );
+}
+
+/// No function in `src/` outside tests is longer than this, counted from its
+/// `fn` line to its closing brace: beyond it, a function is split into named
+/// steps (or says in docs/architecture.md why it is clearer whole).
+const MAX_FUNCTION_LINES: usize = 80;
+
+/// The functions in `src/` allowed to be longer, as (file, name), each with its
+/// reason in docs/architecture.md ("Long functions"). Each must still be longer
+/// (the test says when one no longer is), so the list only shrinks.
+const LONG_FUNCTIONS: &[(&str, &str)] = &[];
+
+#[derive(Debug, PartialEq)]
+struct Function {
+    name: String,
+    /// 1-based line of its `fn`.
+    line: usize,
+    lines: usize,
+}
+
+fn indent(line: &str) -> usize {
+    line.len() - line.trim_start().len()
+}
+
+/// The name of the function a (trimmed) line starts, after its qualifiers.
+fn fn_name(line: &str) -> Option<&str> {
+    let mut rest = line;
+    loop {
+        let before = rest;
+        for qualifier in ["pub ", "async ", "const ", "unsafe ", "extern \"C\" "] {
+            rest = rest.strip_prefix(qualifier).unwrap_or(rest);
+        }
+        if let Some((_, after)) = rest.strip_prefix("pub(").and_then(|r| r.split_once(") ")) {
+            rest = after;
+        }
+        if rest == before {
+            break;
+        }
+    }
+    let rest = rest.strip_prefix("fn ")?;
+    let end = rest
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(rest.len());
+    Some(&rest[..end]).filter(|name| !name.is_empty())
+}
+
+/// The line that closes the item opened at `start` (indented `at`): the item's
+/// own line for a one-line item, else the next line at that indent starting
+/// with `}`. `None` for a declaration (`;` before any body).
+fn closing(lines: &[&str], start: usize, at: usize) -> Option<usize> {
+    let mut opened = false;
+    for (i, line) in lines.iter().enumerate().skip(start) {
+        let line = line.trim_end();
+        if i == start && line.ends_with('}') {
+            return Some(i);
+        }
+        if !opened && line.ends_with(';') {
+            return None;
+        }
+        if !opened && line.ends_with('{') {
+            opened = true;
+            continue;
+        }
+        if opened && indent(line) == at && line.trim_start().starts_with('}') {
+            return Some(i);
+        }
+    }
+    None
+}
+
+/// The functions of a file laid out by rustfmt, outside the items marked
+/// `#[cfg(test)]`; a function nested in another counts as lines of the outer.
+fn functions(code: &str) -> Vec<Function> {
+    let lines: Vec<&str> = code.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i].trim();
+        if line == "#[cfg(test)]" {
+            let mut item = i + 1;
+            while lines.get(item).is_some_and(|l| l.trim().starts_with("#[")) {
+                item += 1;
+            }
+            i = closing(&lines, item, indent(lines[i])).unwrap_or(item) + 1;
+            continue;
+        }
+        if let Some(name) = fn_name(line)
+            && let Some(end) = closing(&lines, i, indent(lines[i]))
+        {
+            out.push(Function {
+                name: name.to_string(),
+                line: i + 1,
+                lines: end - i + 1,
+            });
+            i = end + 1;
+            continue;
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The files of the modules a file declares `#[cfg(test)] mod name;`: `name.rs`
+/// and `name/` beside it (in its own directory for `mod.rs`, `lib.rs`, `main.rs`).
+fn test_modules(file: &Path, code: &str) -> Vec<PathBuf> {
+    let stem = file.file_stem().unwrap_or_default().to_string_lossy();
+    let parent = file.parent().expect("a file in a directory");
+    let dir = match stem.as_ref() {
+        "mod" | "lib" | "main" => parent.to_path_buf(),
+        _ => parent.join(stem.as_ref()),
+    };
+    let lines: Vec<&str> = code.lines().map(str::trim).collect();
+    lines
+        .windows(2)
+        .filter(|pair| pair[0] == "#[cfg(test)]")
+        .filter_map(|pair| {
+            let name = pair[1]
+                .trim_start_matches("pub(crate) ")
+                .strip_prefix("mod ")?
+                .strip_suffix(';')?;
+            Some([dir.join(format!("{name}.rs")), dir.join(name)])
+        })
+        .flatten()
+        .collect()
+}
+
+/// (file relative to the root, function) for every function of `src/` outside tests.
+fn product_functions() -> Vec<(String, Function)> {
+    let files = sources(&root().join("src"), &[]);
+    let test_only: Vec<PathBuf> = files
+        .iter()
+        .flat_map(|f| test_modules(f, &read(f)))
+        .collect();
+    let mut out = Vec::new();
+    for file in files {
+        if test_only.iter().any(|t| file.starts_with(t)) {
+            continue;
+        }
+        let name = file
+            .strip_prefix(root())
+            .unwrap_or(&file)
+            .display()
+            .to_string();
+        out.extend(
+            functions(&read(&file))
+                .into_iter()
+                .map(|f| (name.clone(), f)),
+        );
+    }
+    out.sort_by(|a, b| (&a.0, a.1.line).cmp(&(&b.0, b.1.line)));
+    out
+}
+
+#[test]
+fn no_function_in_src_is_longer_than_80_lines() {
+    let all = product_functions();
+    assert!(
+        all.len() > 500,
+        "the reader found only {} functions",
+        all.len()
+    );
+    let long: Vec<&(String, Function)> = all
+        .iter()
+        .filter(|(_, f)| f.lines > MAX_FUNCTION_LINES)
+        .collect();
+    let allowed = |file: &str, name: &str| LONG_FUNCTIONS.contains(&(file, name));
+    let unexplained: Vec<String> = long
+        .iter()
+        .filter(|(file, f)| !allowed(file, &f.name))
+        .map(|(file, f)| format!("{file}:{} `{}`: {} lines", f.line, f.name, f.lines))
+        .collect();
+    assert!(
+        unexplained.is_empty(),
+        "longer than {MAX_FUNCTION_LINES} lines: split into named steps, or say in \
+         docs/architecture.md (\"Long functions\") why it is clearer whole and list it in \
+         LONG_FUNCTIONS:\n{}",
+        unexplained.join("\n")
+    );
+    let docs = read(&root().join("docs/architecture.md"));
+    for (file, name) in LONG_FUNCTIONS {
+        assert!(
+            long.iter().any(|(f, fun)| f == file && fun.name == *name),
+            "{file} `{name}` is no longer longer than {MAX_FUNCTION_LINES} lines: \
+             take it off LONG_FUNCTIONS and docs/architecture.md"
+        );
+        assert!(
+            docs.contains(&format!("`{name}`")) && docs.contains(file),
+            "docs/architecture.md says why {file} `{name}` is long"
+        );
+    }
+}
+
+#[test]
+fn the_function_reader_finds_functions_as_rustfmt_lays_them_out() {
+    let code = r#"
+pub(crate) async fn first(a: u8) -> u8 {
+    fn nested() {}
+    a
+}
+
+trait T {
+    fn declared(
+        &self,
+    ) -> u8;
+    fn with_default(&self) -> u8 {
+        1
+    }
+}
+
+fn generic<K>(k: K)
+where
+    K: Clone,
+{
+    let _ = k.clone();
+}
+
+const fn one_line() -> u8 { 1 }
+
+#[cfg(test)]
+mod tests {
+    fn helper() {
+        let _ = 1;
+    }
+}
+
+#[cfg(test)]
+#[allow(dead_code)]
+fn only_in_tests() {
+    let _ = 2;
+}
+
+impl S {
+    pub(super) fn last(&self) {
+        let s = "} not the end";
+    }
+}
+"#;
+    let found: Vec<(String, usize, usize)> = functions(code)
+        .into_iter()
+        .map(|f| (f.name, f.line, f.lines))
+        .collect();
+    let want = [
+        ("first", 2, 4),
+        ("with_default", 11, 3),
+        ("generic", 16, 6),
+        ("one_line", 23, 1),
+        ("last", 39, 3),
+    ];
+    let want: Vec<(String, usize, usize)> = want
+        .iter()
+        .map(|(n, l, c)| (n.to_string(), *l, *c))
+        .collect();
+    assert_eq!(found, want);
+    let dir = Path::new("/r/src/config");
+    assert_eq!(
+        test_modules(&dir.join("mod.rs"), "#[cfg(test)]\nmod tests;\n"),
+        [dir.join("tests.rs"), dir.join("tests")]
     );
 }

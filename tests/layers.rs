@@ -11,7 +11,7 @@ const LAYERS: &[&[&str]] = &[
     // Names and values every layer reads, and the process's plumbing: the flags parsed into
     // typed values (config only parses: durations, quantities), logging, the metrics registry.
     &[
-        "keys", "duration", "quantity", "console", "logging", "config", "metrics",
+        "keys", "names", "duration", "quantity", "console", "logging", "config", "metrics",
     ],
     // The edges: the CSI driver, the API server, the HTTP endpoints.
     &["csi", "kube", "http"],

@@ -17,6 +17,7 @@ use serde::Serialize;
 use super::collect::{Backend, Inventory};
 use crate::csi::pb;
 use crate::keys;
+use crate::names::{PvPhase, ReclaimPolicy};
 use crate::provision::{ClaimView, UidInName, migration, uid_in_name};
 
 /// How to read an inventory.
@@ -406,12 +407,14 @@ fn is_being_deleted(pv: &PersistentVolume) -> bool {
         .status
         .as_ref()
         .and_then(|s| s.phase.as_deref())
-        .is_some_and(|p| p == "Released")
+        .and_then(PvPhase::parse)
+        == Some(PvPhase::Released)
         && pv
             .spec
             .as_ref()
             .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
-            .is_some_and(|p| p == "Delete");
+            .and_then(ReclaimPolicy::parse)
+            == Some(ReclaimPolicy::Delete);
     pv.metadata.deletion_timestamp.is_some() || released_for_deletion
 }
 

@@ -25,6 +25,7 @@ use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
 };
 use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{self, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
@@ -183,93 +184,101 @@ pub struct Tracker {
 }
 
 pub async fn run(tracker: Tracker, stop: CancellationToken) {
-    let client = tracker.client.clone();
-    let changed = tracker.trigger.clone();
-    // Caches of what the segments and items come from; every change pokes a pass.
     let (csinodes, csinode_writer) = reflector::store::<CSINode>();
-    let poke = changed.clone();
-    let csinode_watch = reflector(
-        csinode_writer,
-        watcher(Api::<CSINode>::all(client.clone()), Default::default()).default_backoff(),
-    )
-    .applied_objects()
-    .for_each(move |_| {
-        poke.notify_one();
-        async {}
-    });
     let (nodes, node_writer) = reflector::store();
-    let poke = changed.clone();
-    let node_watch = reflector(
-        node_writer,
-        watcher(
+    // With `--node-deployment` the segment is this node's: no CSINode or
+    // Node is watched (as upstream).
+    let central = tracker.ctx.place.node().is_none();
+    tokio::select! {
+        _ = watches(&tracker, csinode_writer, node_writer, central) => {}
+        _ = passes(&tracker, &csinodes, &nodes, central, &stop) => {}
+    }
+}
+
+/// The watches of what the segments and items come from (the topology only
+/// if `central`), and of our objects; every change that matters pokes a pass.
+async fn watches(
+    tracker: &Tracker,
+    csinode_writer: Writer<CSINode>,
+    node_writer: Writer<PartialObjectMeta<Node>>,
+    central: bool,
+) {
+    let client = &tracker.client;
+    let changed = &tracker.trigger;
+    let topology = async {
+        if !central {
+            return;
+        }
+        let csinodes = watcher(Api::<CSINode>::all(client.clone()), Default::default());
+        let nodes = watcher(
             Api::<PartialObjectMeta<Node>>::all(client.clone()),
             Default::default(),
-        )
-        .default_backoff(),
-    )
-    .touched_objects()
-    .for_each(move |_| {
-        poke.notify_one();
-        async {}
-    });
-    let poke = changed.clone();
-    let class_watch = watcher(Api::<StorageClass>::all(client.clone()), Default::default())
+        );
+        tokio::join!(
+            reflector(csinode_writer, csinodes.default_backoff())
+                .applied_objects()
+                .for_each(poke(changed)),
+            reflector(node_writer, nodes.default_backoff())
+                .touched_objects()
+                .for_each(poke(changed)),
+        );
+    };
+    let classes = watcher(Api::<StorageClass>::all(client.clone()), Default::default())
         .default_backoff()
-        .for_each(move |_| {
-            poke.notify_one();
-            async {}
-        });
-    let poke = changed.clone();
-    let object_watch = watcher(
+        .for_each(poke(changed));
+    let poke_deleted = poke(changed);
+    let objects = watcher(
         Api::<CSIStorageCapacity>::namespaced(client.clone(), &tracker.config.namespace),
         watcher::Config::default().labels(&selector(&tracker.ctx.driver.name, &tracker.managed_by)),
     )
     .default_backoff()
-    .for_each(move |event| {
+    .filter(|event| {
         // Our own writes come back too; only a deletion needs a pass (an
         // object someone else removed is re-created).
-        if matches!(event, Ok(watcher::Event::Delete(_))) {
-            poke.notify_one();
-        }
-        async {}
-    });
-    // With `--node-deployment` the segment is this node's: no CSINode or
-    // Node is watched (as upstream).
-    let central = tracker.ctx.place.node().is_none();
-    let watches = async {
-        let topology = async {
+        std::future::ready(matches!(event, Ok(watcher::Event::Delete(_))))
+    })
+    .for_each(poke_deleted);
+    tokio::join!(topology, classes, objects);
+}
+
+/// A pass once the topology caches hold their first list, then one every
+/// poll interval or after a change, until `stop`.
+async fn passes(
+    tracker: &Tracker,
+    csinodes: &Store<CSINode>,
+    nodes: &Store<PartialObjectMeta<Node>>,
+    central: bool,
+    stop: &CancellationToken,
+) {
+    tokio::select! {
+        _ = async {
             if central {
-                tokio::join!(csinode_watch, node_watch);
+                let _ = tokio::join!(csinodes.wait_until_ready(), nodes.wait_until_ready());
             }
-        };
-        tokio::join!(topology, class_watch, object_watch);
-    };
-    let passes = async {
+        } => {}
+        _ = stop.cancelled() => return,
+    }
+    info!(namespace = %tracker.config.namespace, every = ?tracker.config.poll_interval, "tracking storage capacity");
+    loop {
+        pass(tracker, csinodes, nodes).await;
         tokio::select! {
-            _ = async {
-                if central {
-                    let _ = tokio::join!(csinodes.wait_until_ready(), nodes.wait_until_ready());
-                }
-            } => {}
+            _ = tokio::time::sleep(tracker.config.poll_interval) => {}
+            _ = tracker.trigger.notified() => {
+                // Let a burst of changes (a provisioning wave, a watch's
+                // first list) settle into one pass.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
             _ = stop.cancelled() => return,
         }
-        info!(namespace = %tracker.config.namespace, every = ?tracker.config.poll_interval, "tracking storage capacity");
-        loop {
-            pass(&tracker, &csinodes, &nodes).await;
-            tokio::select! {
-                _ = tokio::time::sleep(tracker.config.poll_interval) => {}
-                _ = changed.notified() => {
-                    // Let a burst of changes (a provisioning wave, a watch's
-                    // first list) settle into one pass.
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                _ = stop.cancelled() => return,
-            }
-        }
-    };
-    tokio::select! {
-        _ = watches => {}
-        _ = passes => {}
+    }
+}
+
+/// What a watch does with each of its events: asks for a pass.
+fn poke<T>(changed: &Arc<Notify>) -> impl FnMut(T) -> std::future::Ready<()> + use<T> {
+    let changed = changed.clone();
+    move |_| {
+        changed.notify_one();
+        std::future::ready(())
     }
 }
 
@@ -314,7 +323,43 @@ async fn pass(
         driver,
         tracker.config.for_immediate_binding,
     );
-    let mut answers: Vec<(Item, Option<Answer>)> = Vec::with_capacity(items.len());
+    let answers = ask_driver(ctx, items, &classes).await;
+    let api =
+        Api::<CSIStorageCapacity>::namespaced(tracker.client.clone(), &tracker.config.namespace);
+    let existing = match api
+        .list(&ListParams::default().labels(&selector(driver, &tracker.managed_by)))
+        .await
+    {
+        Ok(list) => list.items,
+        Err(e) => {
+            warn!(error = %e, "listing CSIStorageCapacity objects failed; next pass retries");
+            return;
+        }
+    };
+    let (changes, counts) = capacity::plan(&answers, &existing, tracker.owner.as_ref());
+    tracker.gauges.goal.set(counts.goal as i64);
+    tracker.gauges.current.set(counts.current as i64);
+    tracker.gauges.obsolete.set(counts.obsolete as i64);
+    for change in changes {
+        if let Err(e) = apply(tracker, &api, &change).await {
+            let what = match &change {
+                Change::Create(item, _) => format!("create for {} {:?}", item.class, item.segment),
+                Change::Update(o, _) => format!("update of {}", o.name_any()),
+                Change::Delete(name) => format!("delete of {name}"),
+            };
+            warn!(change = %what, error = %e, "CSIStorageCapacity change failed; the next pass retries");
+        }
+    }
+}
+
+/// `GetCapacity` for each item, with its class's parameters and its segment;
+/// `None` where the call failed (that item's object is then left as it is).
+async fn ask_driver(
+    ctx: &Context,
+    items: Vec<Item>,
+    classes: &[StorageClass],
+) -> Vec<(Item, Option<Answer>)> {
+    let mut answers = Vec::with_capacity(items.len());
     for item in items {
         let parameters: HashMap<String, String> = classes
             .iter()
@@ -337,63 +382,46 @@ async fn pass(
         };
         answers.push((item, answer));
     }
-    let api =
-        Api::<CSIStorageCapacity>::namespaced(tracker.client.clone(), &tracker.config.namespace);
-    let existing = match api
-        .list(&ListParams::default().labels(&selector(driver, &tracker.managed_by)))
-        .await
-    {
-        Ok(list) => list.items,
-        Err(e) => {
-            warn!(error = %e, "listing CSIStorageCapacity objects failed; next pass retries");
-            return;
-        }
-    };
+    answers
+}
+
+/// One change of the plan, made through `api`.
+async fn apply(
+    tracker: &Tracker,
+    api: &Api<CSIStorageCapacity>,
+    change: &Change,
+) -> Result<(), kube::Error> {
     let owner = tracker.owner.as_ref();
-    let (changes, counts) = capacity::plan(&answers, &existing, owner);
-    tracker.gauges.goal.set(counts.goal as i64);
-    tracker.gauges.current.set(counts.current as i64);
-    tracker.gauges.obsolete.set(counts.obsolete as i64);
-    for change in changes {
-        let result = match &change {
-            Change::Create(item, answer) => {
-                let object = capacity::object(
-                    item,
-                    *answer,
-                    driver,
-                    &tracker.managed_by,
-                    &tracker.config.namespace,
-                    owner,
-                );
-                api.create(&PostParams::default(), &object).await.map(|created| {
-                    debug!(name = %created.name_any(), class = %item.class, segment = ?item.segment, capacity = answer.available, "created CSIStorageCapacity");
-                })
-            }
-            Change::Update(object, answer) => {
-                let mut object = (**object).clone();
-                capacity::say(&mut object, *answer, owner);
-                // Fenced on the resourceVersion read: a conflict is retried by
-                // the next pass.
-                api.replace(&object.name_any(), &PostParams::default(), &object)
-                    .await
-                    .map(|_| debug!(name = %object.name_any(), capacity = answer.available, "updated CSIStorageCapacity"))
-            }
-            Change::Delete(name) => match api.delete(name, &DeleteParams::default()).await {
-                Ok(_) => {
-                    debug!(%name, "deleted obsolete CSIStorageCapacity");
-                    Ok(())
-                }
-                Err(e) if is_not_found(&e) => Ok(()),
-                Err(e) => Err(e),
-            },
-        };
-        if let Err(e) = result {
-            let what = match &change {
-                Change::Create(item, _) => format!("create for {} {:?}", item.class, item.segment),
-                Change::Update(o, _) => format!("update of {}", o.name_any()),
-                Change::Delete(name) => format!("delete of {name}"),
-            };
-            warn!(change = %what, error = %e, "CSIStorageCapacity change failed; the next pass retries");
+    match change {
+        Change::Create(item, answer) => {
+            let object = capacity::object(
+                item,
+                *answer,
+                &tracker.ctx.driver.name,
+                &tracker.managed_by,
+                &tracker.config.namespace,
+                owner,
+            );
+            api.create(&PostParams::default(), &object).await.map(|created| {
+                debug!(name = %created.name_any(), class = %item.class, segment = ?item.segment, capacity = answer.available, "created CSIStorageCapacity");
+            })
         }
+        Change::Update(object, answer) => {
+            let mut object = (**object).clone();
+            capacity::say(&mut object, *answer, owner);
+            // Fenced on the resourceVersion read: a conflict is retried by
+            // the next pass.
+            api.replace(&object.name_any(), &PostParams::default(), &object)
+                .await
+                .map(|_| debug!(name = %object.name_any(), capacity = answer.available, "updated CSIStorageCapacity"))
+        }
+        Change::Delete(name) => match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => {
+                debug!(%name, "deleted obsolete CSIStorageCapacity");
+                Ok(())
+            }
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(e),
+        },
     }
 }

@@ -18,6 +18,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, VolumeNodeAffinity};
 use k8s_openapi::api::storage::v1::StorageClass;
 
+use crate::names::BindingMode;
 use crate::provision::ClaimView;
 
 /// This replica's node: its name (`NODE_NAME`) and what the driver's
@@ -99,7 +100,12 @@ pub fn node_gate(claim: ClaimView, class: &StorageClass, node: &NodeMode) -> Nod
     match claim.selected_node() {
         Some(selected) if selected == node.name => NodeGate::ThisNode,
         Some(_) => NodeGate::OtherNode,
-        None if class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer") => {
+        None if class
+            .volume_binding_mode
+            .as_deref()
+            .and_then(BindingMode::parse)
+            == Some(BindingMode::WaitForFirstConsumer) =>
+        {
             NodeGate::NotHere
         }
         None if node.immediate_binding && allowed_here(class, node.topology.as_ref()) => {

@@ -20,10 +20,11 @@ use super::{Context, VolumeMemory};
 use crate::keys;
 use crate::kube::slim::Pv;
 use crate::kube::{
-    EventType, add_finalizer, get_fresh, has_finalizer, is_conflict, is_invalid, is_not_found,
+    add_finalizer, get_fresh, has_finalizer, is_conflict, is_invalid, is_not_found,
     remove_finalizer,
 };
 use crate::metrics::VolumeLabels;
+use crate::names::{PvPhase, Reason, ReclaimPolicy};
 use crate::provision::{SecretKind, SecretRef, migration, secrets};
 
 #[derive(Debug, thiserror::Error)]
@@ -75,17 +76,18 @@ fn work_for(pv: &Pv, driver: &str) -> Work {
     }
     let held = has_finalizer(pv, keys::FINALIZER_PV);
     let deleting = pv.metadata.deletion_timestamp.is_some();
+    // No policy at all is taken as Delete (the API server always sets one).
     let policy = pv
         .spec
         .as_ref()
         .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
-        .unwrap_or("Delete");
+        .map_or(Some(ReclaimPolicy::Delete), ReclaimPolicy::parse);
     let phase = pv
         .status
         .as_ref()
         .and_then(|s| s.phase.as_deref())
-        .unwrap_or("");
-    if policy != "Delete" {
+        .and_then(PvPhase::parse);
+    if policy != Some(ReclaimPolicy::Delete) {
         return if held {
             Work::RemoveFinalizer
         } else {
@@ -95,8 +97,8 @@ fn work_for(pv: &Pv, driver: &str) -> Work {
     match phase {
         // Being deleted without our finalizer: someone else's decision, as upstream.
         _ if deleting && !held => Work::Nothing,
-        "Released" => Work::Delete,
-        "Bound" if !held && !deleting => Work::AddFinalizer,
+        Some(PvPhase::Released) => Work::Delete,
+        Some(PvPhase::Bound) if !held && !deleting => Work::AddFinalizer,
         _ => Work::Nothing,
     }
 }
@@ -153,12 +155,8 @@ pub fn error_policy(pv: Arc<Pv>, err: &VolumeError, ctx: Arc<Context>) -> Action
                 .get_or_create(&labels(&pv))
                 .inc();
         }
-        ctx.recorder.record(
-            pv.as_ref(),
-            EventType::Warning,
-            "VolumeFailedDelete",
-            &err.to_string(),
-        );
+        ctx.recorder
+            .record(pv.as_ref(), Reason::VolumeFailedDelete, &err.to_string());
     }
     let hold = match err {
         VolumeError::NotLeader => Hold::Nothing,
@@ -378,6 +376,14 @@ mod tests {
                 .persistent_volume_reclaim_policy = Some(p.into());
             self
         }
+        fn no_policy(mut self) -> Fixture {
+            self.0
+                .spec
+                .as_mut()
+                .unwrap()
+                .persistent_volume_reclaim_policy = None;
+            self
+        }
         fn held(mut self) -> Fixture {
             self.0.metadata.finalizers = Some(vec![keys::FINALIZER_PV.into()]);
             self
@@ -457,6 +463,21 @@ mod tests {
                 Fixture::ours().phase("Released").policy("Retain"),
                 Nothing,
                 "retain, no finalizer",
+            ),
+            (
+                Fixture::ours().phase("Released").held().no_policy(),
+                Delete,
+                "no policy: as Delete",
+            ),
+            (
+                Fixture::ours().phase("Released").held().policy("delete"),
+                RemoveFinalizer,
+                "a policy spelled otherwise is not Delete",
+            ),
+            (
+                Fixture::ours().phase("released").held(),
+                Nothing,
+                "a phase spelled otherwise is not Released",
             ),
             (
                 Fixture::ours().phase("Available").held(),

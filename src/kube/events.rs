@@ -16,20 +16,7 @@ use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EventType {
-    Normal,
-    Warning,
-}
-
-impl EventType {
-    fn as_str(self) -> &'static str {
-        match self {
-            EventType::Normal => "Normal",
-            EventType::Warning => "Warning",
-        }
-    }
-}
+use crate::names::Reason;
 
 /// How long a posted Event is reused for repeats.
 const AGGREGATE_FOR: Duration = Duration::from_secs(600);
@@ -53,8 +40,7 @@ struct Pending {
     involved: ObjectReference,
     namespace: String,
     object_name: String,
-    kind: EventType,
-    reason: String,
+    reason: Reason,
     message: String,
     at: Time,
 }
@@ -85,38 +71,26 @@ impl EventRecorder {
         EventRecorder { queue }
     }
 
-    /// Queues an event on `obj`. Failures are logged, never returned: an
-    /// event is a report, not a step of provisioning.
-    pub fn record<K>(&self, obj: &K, kind: EventType, reason: &str, message: &str)
+    /// Queues an event on `obj` (its type follows from its reason). Failures
+    /// are logged, never returned: an event is a report, not a step of provisioning.
+    pub fn record<K>(&self, obj: &K, reason: Reason, message: &str)
     where
         K: Resource<DynamicType = ()>,
     {
-        self.queue(None, obj, kind, reason, message)
+        self.queue(None, obj, reason, message)
     }
 
     /// Like [`record`](Self::record), from another event source `component`
     /// (no host), for the events upstream records under another name.
-    pub fn record_as<K>(
-        &self,
-        component: &str,
-        obj: &K,
-        kind: EventType,
-        reason: &str,
-        message: &str,
-    ) where
+    pub fn record_as<K>(&self, component: &str, obj: &K, reason: Reason, message: &str)
+    where
         K: Resource<DynamicType = ()>,
     {
-        self.queue(Some(component), obj, kind, reason, message)
+        self.queue(Some(component), obj, reason, message)
     }
 
-    fn queue<K>(
-        &self,
-        component: Option<&str>,
-        obj: &K,
-        kind: EventType,
-        reason: &str,
-        message: &str,
-    ) where
+    fn queue<K>(&self, component: Option<&str>, obj: &K, reason: Reason, message: &str)
+    where
         K: Resource<DynamicType = ()>,
     {
         let pending = Pending {
@@ -132,13 +106,12 @@ impl EventRecorder {
             },
             namespace: obj.namespace().unwrap_or_else(|| "default".to_string()),
             object_name: obj.name_any(),
-            kind,
-            reason: reason.to_string(),
+            reason,
             message: message.to_string(),
             at: Time(Timestamp::now()),
         };
         if let Err(e) = self.queue.try_send(Message::Event(Box::new(pending))) {
-            warn!(reason, object = %obj.name_any(), error = %e, "event dropped");
+            warn!(%reason, object = %obj.name_any(), error = %e, "event dropped");
         }
     }
 
@@ -158,7 +131,7 @@ struct Sender {
     client: Client,
     component: String,
     host: String,
-    posted: HashMap<(String, String, String), Posted>,
+    posted: HashMap<(String, Reason, String), Posted>,
 }
 
 impl Sender {
@@ -179,7 +152,7 @@ impl Sender {
 
     async fn send(&mut self, p: &Pending) -> Result<(), kube::Error> {
         let uid = p.involved.uid.clone().unwrap_or_default();
-        let key = (uid, p.reason.clone(), p.message.clone());
+        let key = (uid, p.reason, p.message.clone());
         let repeat = self
             .posted
             .get(&key)
@@ -216,9 +189,9 @@ impl Sender {
                 ..Default::default()
             },
             involved_object: p.involved.clone(),
-            reason: Some(p.reason.clone()),
+            reason: Some(p.reason.as_str().to_string()),
             message: Some(p.message.clone()),
-            type_: Some(p.kind.as_str().to_string()),
+            type_: Some(p.reason.event_type().as_str().to_string()),
             source: Some(EventSource {
                 component: Some(component.clone()),
                 host: Some(self.host.clone()).filter(|h| !h.is_empty() && p.component.is_none()),

@@ -236,40 +236,64 @@ impl Elector {
                 Err(e) => warn!(error = %e, "optimistic lease renewal failed; reading the lease"),
             }
         }
-        let existing = match self.api.get(&self.config.name).await {
-            Ok(l) => Some(l),
-            Err(e) if is_not_found(&e) => None,
+        let lease = match self.api.get(&self.config.name).await {
+            Ok(l) => l,
+            Err(e) if is_not_found(&e) => {
+                let created = self
+                    .api
+                    .create(&PostParams::default(), &self.new_lease(now, duration_s))
+                    .await;
+                return self.written(created);
+            }
             Err(e) => return Err(e),
-        };
-        let Some(mut lease) = existing else {
-            let lease = Lease {
-                metadata: ObjectMeta {
-                    name: Some(self.config.name.clone()),
-                    namespace: Some(self.config.namespace.clone()),
-                    labels: (!self.config.labels.is_empty()).then(|| self.config.labels.clone()),
-                    ..Default::default()
-                },
-                spec: Some(LeaseSpec {
-                    holder_identity: Some(self.config.identity.clone()),
-                    lease_duration_seconds: Some(duration_s),
-                    acquire_time: Some(MicroTime(now)),
-                    renew_time: Some(MicroTime(now)),
-                    lease_transitions: Some(0),
-                    ..Default::default()
-                }),
-            };
-            return match self.api.create(&PostParams::default(), &lease).await {
-                Ok(l) => {
-                    self.remember_written(l);
-                    Ok(true)
-                }
-                Err(e) if is_conflict(&e) => Ok(false),
-                Err(e) => Err(e),
-            };
         };
         self.last = Some(lease.clone());
         let spec = lease.spec.clone().unwrap_or_default();
-        let changed = self.observed.as_ref().is_none_or(|(s, _)| s != &spec);
+        let expired = self.observe_term(&spec, duration_s);
+        let held_by_me =
+            spec.holder_identity.as_deref().unwrap_or_default() == self.config.identity;
+        if !held_by_me && !expired {
+            return Ok(false);
+        }
+        if held_by_me {
+            // Renewing our own term took a read: client-go's slow path.
+            self.count_slow_path();
+        }
+        let lease = self.our_term(lease, spec, held_by_me, now, duration_s);
+        // `replace` carries our resourceVersion: a concurrent writer makes it 409.
+        let replaced = self
+            .api
+            .replace(&self.config.name, &PostParams::default(), &lease)
+            .await;
+        self.written(replaced)
+    }
+
+    /// The Lease to create when there is none: ours from now on.
+    fn new_lease(&self, now: Timestamp, duration_s: i32) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(self.config.name.clone()),
+                namespace: Some(self.config.namespace.clone()),
+                labels: (!self.config.labels.is_empty()).then(|| self.config.labels.clone()),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(self.config.identity.clone()),
+                lease_duration_seconds: Some(duration_s),
+                acquire_time: Some(MicroTime(now)),
+                renew_time: Some(MicroTime(now)),
+                lease_transitions: Some(0),
+                ..Default::default()
+            }),
+        }
+    }
+
+    /// Notes the record `spec` as just read (on every read, also of our own
+    /// term), and says whether its holder's term has run out: no holder, or the
+    /// record unchanged for its duration since *we* saw it change (client-go's
+    /// rule: no clocks are compared across machines).
+    fn observe_term(&mut self, spec: &LeaseSpec, duration_s: i32) -> bool {
+        let changed = self.observed.as_ref().is_none_or(|(s, _)| s != spec);
         if changed {
             self.observed = Some((spec.clone(), Instant::now()));
         }
@@ -278,23 +302,30 @@ impl Elector {
             .as_ref()
             .map(|(_, t)| *t)
             .unwrap_or_else(Instant::now);
-        let holder = spec.holder_identity.clone().unwrap_or_default();
-        let held_by_me = holder == self.config.identity;
         let their_duration =
             Duration::from_secs(spec.lease_duration_seconds.unwrap_or(duration_s).max(0) as u64);
-        let expired = holder.is_empty() || observed_at.elapsed() >= their_duration;
-        if !held_by_me && !expired {
-            return Ok(false);
-        }
-        if held_by_me {
-            // Renewing our own term took a read: client-go's slow path.
-            self.count_slow_path();
-        }
+        spec.holder_identity
+            .as_deref()
+            .unwrap_or_default()
+            .is_empty()
+            || observed_at.elapsed() >= their_duration
+    }
+
+    /// `lease` (as read, `spec` its record) with us as holder from `now`: a
+    /// renewal of our term, or a new term (acquired now, one more transition).
+    fn our_term(
+        &self,
+        mut lease: Lease,
+        spec: LeaseSpec,
+        renewal: bool,
+        now: Timestamp,
+        duration_s: i32,
+    ) -> Lease {
         let mut new_spec = spec.clone();
         new_spec.holder_identity = Some(self.config.identity.clone());
         new_spec.lease_duration_seconds = Some(duration_s);
         new_spec.renew_time = Some(MicroTime(now));
-        if !held_by_me {
+        if !renewal {
             new_spec.acquire_time = Some(MicroTime(now));
             new_spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
         }
@@ -303,12 +334,13 @@ impl Elector {
             let labels = lease.metadata.labels.get_or_insert_with(BTreeMap::new);
             labels.extend(self.config.labels.clone());
         }
-        // `replace` carries our resourceVersion: a concurrent writer makes it 409.
-        match self
-            .api
-            .replace(&self.config.name, &PostParams::default(), &lease)
-            .await
-        {
+        lease
+    }
+
+    /// The answer to a create or update of the Lease: written (remembered, we
+    /// hold it), or someone else wrote first (409: we do not).
+    fn written(&mut self, answer: Result<Lease, kube::Error>) -> Result<bool, kube::Error> {
+        match answer {
             Ok(l) => {
                 self.remember_written(l);
                 Ok(true)

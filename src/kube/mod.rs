@@ -13,7 +13,7 @@ pub mod snapshot;
 pub mod throttle;
 pub mod watch;
 
-pub use events::{EventRecorder, EventType};
+pub use events::EventRecorder;
 pub use finalizers::{add_finalizer, has_finalizer, remove_finalizer};
 pub use lease::LeaderGate;
 pub use listed::Listed;

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 
 use super::ProvisionOptions;
 use crate::keys;
+use crate::names::ClaimPhase;
 
 /// A borrowed, typed reading of a PersistentVolumeClaim.
 #[derive(Clone, Copy)]
@@ -203,7 +204,7 @@ impl<'a> ClaimView<'a> {
             .status
             .as_ref()
             .and_then(|s| s.phase.as_deref())
-            .is_none_or(|p| p.is_empty() || p == "Pending")
+            .is_none_or(|p| p.is_empty() || ClaimPhase::parse(p) == Some(ClaimPhase::Pending))
     }
 
     pub fn is_deleting(&self) -> bool {

@@ -3,10 +3,13 @@
 //! PV are read by the caller (live). upstream: pkg/controller/controller.go
 //! getPVCSource.
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{
+    CSIPersistentVolumeSource, PersistentVolume, PersistentVolumeClaim, PersistentVolumeSpec,
+};
 
 use super::{ClaimView, quantity};
 use crate::csi::pb;
+use crate::names::{ClaimPhase, PvPhase, VolumeMode};
 
 /// The claim a claim is cloned from (same namespace).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,13 +20,35 @@ pub struct CloneSource {
 
 /// Why `source` cannot be cloned into `claim` now, in upstream's words (the
 /// caller prefixes "error getting handle for DataSource Type
-/// PersistentVolumeClaim by Name").
+/// PersistentVolumeClaim by Name"); else what `CreateVolume` clones.
 pub fn content_source(
     claim: &PersistentVolumeClaim,
     provisioner: &str,
     source: &PersistentVolumeClaim,
     source_pv: Option<&PersistentVolume>,
 ) -> Result<pb::VolumeContentSource, String> {
+    source_claim_fits(claim, source)?;
+    let (spec, csi) = source_volume(provisioner, source, source_pv)?;
+    let mode = |m: Option<&str>| match m.and_then(VolumeMode::parse) {
+        Some(VolumeMode::Block) => VolumeMode::Block,
+        _ => VolumeMode::Filesystem,
+    };
+    let wanted = mode(claim.spec.as_ref().and_then(|s| s.volume_mode.as_deref()));
+    let have = mode(spec.volume_mode.as_deref());
+    if wanted != have {
+        return Err(format!(
+            "the source PVC and destination PVCs must have the same volume mode for cloning.  Source is {have}, but new PVC requested {wanted}"
+        ));
+    }
+    Ok(from_volume(csi.volume_handle.clone()))
+}
+
+/// The source claim as such: bound, not being deleted, both claims of a
+/// class, the new one no smaller, a volume named.
+fn source_claim_fits(
+    claim: &PersistentVolumeClaim,
+    source: &PersistentVolumeClaim,
+) -> Result<(), String> {
     let view = ClaimView(claim);
     let src = ClaimView(source);
     let phase = source
@@ -31,7 +56,7 @@ pub fn content_source(
         .as_ref()
         .and_then(|s| s.phase.as_deref())
         .unwrap_or_default();
-    if phase != "Bound" {
+    if ClaimPhase::parse(phase) != Some(ClaimPhase::Bound) {
         return Err(format!(
             "the PVC DataSource {} must have a status of Bound.  Got {{{phase}}}",
             src.name()
@@ -76,7 +101,17 @@ pub fn content_source(
     if volume_name.is_empty() {
         return Err(format!("volume name is empty in source PVC {}", src.name()));
     }
-    let invalid = || "claim in dataSource not bound or invalid".to_string();
+    Ok(())
+}
+
+/// The source claim's PV (its spec and CSI source), if it is a volume of our
+/// driver bound to exactly that claim.
+fn source_volume<'a>(
+    provisioner: &str,
+    source: &PersistentVolumeClaim,
+    source_pv: Option<&'a PersistentVolume>,
+) -> Result<(&'a PersistentVolumeSpec, &'a CSIPersistentVolumeSource), String> {
+    let src = ClaimView(source);
     let pv = source_pv.ok_or_else(invalid)?;
     let spec = pv.spec.as_ref().ok_or_else(invalid)?;
     let csi = spec.csi.as_ref().ok_or_else(invalid)?;
@@ -86,18 +121,15 @@ pub fn content_source(
         || claim_ref.uid.as_deref() != Some(src.uid())
         || claim_ref.namespace.as_deref() != Some(src.namespace())
         || claim_ref.name.as_deref() != Some(src.name())
-        || pv_phase != Some("Bound")
+        || pv_phase.and_then(PvPhase::parse) != Some(PvPhase::Bound)
     {
         return Err(invalid());
     }
-    let claim_block = claim.spec.as_ref().and_then(|s| s.volume_mode.as_deref()) == Some("Block");
-    let source_block = spec.volume_mode.as_deref() == Some("Block");
-    match (claim_block, source_block) {
-        (false, true) => return Err("the source PVC and destination PVCs must have the same volume mode for cloning.  Source is Block, but new PVC requested Filesystem".into()),
-        (true, false) => return Err("the source PVC and destination PVCs must have the same volume mode for cloning.  Source is Filesystem, but new PVC requested Block".into()),
-        _ => {}
-    }
-    Ok(from_volume(csi.volume_handle.clone()))
+    Ok((spec, csi))
+}
+
+fn invalid() -> String {
+    "claim in dataSource not bound or invalid".to_string()
 }
 
 /// The content source that clones the backend volume `handle`.
@@ -113,8 +145,7 @@ pub fn from_volume(handle: String) -> pb::VolumeContentSource {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{
-        CSIPersistentVolumeSource, ObjectReference, PersistentVolumeClaimStatus,
-        PersistentVolumeSpec, PersistentVolumeStatus,
+        ObjectReference, PersistentVolumeClaimStatus, PersistentVolumeStatus,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 

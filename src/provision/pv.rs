@@ -16,6 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use super::{ClaimView, DriverInfo, Plan, ProvisionError, ProvisionOptions, SecretKind, quantity};
 use crate::csi::pb;
 use crate::keys;
+use crate::names::{AccessMode, ReclaimPolicy, VolumeMode};
 
 pub fn build_pv(
     plan: &Plan,
@@ -34,7 +35,7 @@ pub fn build_pv(
     let access_modes = ClaimView(claim).access_modes();
     let read_only = opts.controller_publish_readonly
         && access_modes.len() == 1
-        && access_modes[0] == "ReadOnlyMany";
+        && AccessMode::parse(&access_modes[0]) == Some(AccessMode::ReadOnlyMany);
     Ok(PersistentVolume {
         metadata: ObjectMeta {
             name: Some(plan.pv_name.clone()),
@@ -65,10 +66,17 @@ pub fn build_pv(
                 class
                     .reclaim_policy
                     .clone()
-                    .unwrap_or_else(|| "Delete".into()),
+                    .unwrap_or_else(|| ReclaimPolicy::Delete.to_string()),
             ),
             storage_class_name: ClaimView(claim).class().map(str::to_string),
-            volume_mode: Some(if plan.block { "Block" } else { "Filesystem" }.to_string()),
+            volume_mode: Some(
+                if plan.block {
+                    VolumeMode::Block
+                } else {
+                    VolumeMode::Filesystem
+                }
+                .to_string(),
+            ),
             mount_options: class.mount_options.clone().filter(|m| !m.is_empty()),
             node_affinity: node_affinity(&volume.accessible_topology),
             volume_attributes_class_name: ClaimView(claim).vac_name(opts).map(str::to_string),

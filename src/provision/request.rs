@@ -12,6 +12,7 @@ use super::snapshot::SnapshotSource;
 use super::{ClaimView, DriverInfo, ProvisionError, ProvisionOptions, quantity, volume_name};
 use crate::csi::pb;
 use crate::keys;
+use crate::names::{AccessMode, VolumeMode};
 
 /// What the claim and its class alone decide about a volume: its name, what
 /// the request says of them, which secrets and which source it needs. The
@@ -158,11 +159,10 @@ pub fn plan(
             secret_refs.insert(kind, r);
         }
     }
-    let block = match spec.volume_mode.as_deref() {
-        None | Some("Filesystem") => false,
-        Some("Block") => true,
-        Some(other) => return Err(ProvisionError::UnknownVolumeMode(other.to_string())),
-    };
+    let mode = spec.volume_mode.as_deref().map(|m| {
+        VolumeMode::parse(m).ok_or_else(|| ProvisionError::UnknownVolumeMode(m.to_string()))
+    });
+    let block = mode.transpose()? == Some(VolumeMode::Block);
     let fs_type = match (block, fs_type_param) {
         (true, _) => String::new(),
         (false, Some(t)) => t,
@@ -315,19 +315,27 @@ fn access_modes(
     if modes.is_empty() {
         return Err(ProvisionError::NoAccessModes);
     }
-    if modes.len() > 1 && modes.iter().any(|m| m == "ReadWriteOncePod") {
+    let rwop = |m: &String| AccessMode::parse(m) == Some(AccessMode::ReadWriteOncePod);
+    if modes.len() > 1 && modes.iter().any(rwop) {
         return Err(ProvisionError::ReadWriteOncePodCombined);
     }
     modes
         .iter()
-        .map(|m| match m.as_str() {
-            "ReadWriteOnce" if single_node_multi_writer => Ok(Mode::SingleNodeMultiWriter),
-            "ReadWriteOnce" => Ok(Mode::SingleNodeWriter),
-            "ReadWriteOncePod" if single_node_multi_writer => Ok(Mode::SingleNodeSingleWriter),
-            "ReadWriteOncePod" => Ok(Mode::SingleNodeWriter),
-            "ReadOnlyMany" => Ok(Mode::MultiNodeReaderOnly),
-            "ReadWriteMany" => Ok(Mode::MultiNodeMultiWriter),
-            other => Err(ProvisionError::UnknownAccessMode(other.to_string())),
+        .map(|m| {
+            let mode =
+                AccessMode::parse(m).ok_or_else(|| ProvisionError::UnknownAccessMode(m.clone()))?;
+            Ok(match mode {
+                AccessMode::ReadWriteOnce if single_node_multi_writer => {
+                    Mode::SingleNodeMultiWriter
+                }
+                AccessMode::ReadWriteOnce => Mode::SingleNodeWriter,
+                AccessMode::ReadWriteOncePod if single_node_multi_writer => {
+                    Mode::SingleNodeSingleWriter
+                }
+                AccessMode::ReadWriteOncePod => Mode::SingleNodeWriter,
+                AccessMode::ReadOnlyMany => Mode::MultiNodeReaderOnly,
+                AccessMode::ReadWriteMany => Mode::MultiNodeMultiWriter,
+            })
         })
         .collect()
 }

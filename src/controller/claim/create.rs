@@ -34,7 +34,8 @@ use super::protect;
 use crate::controller::{Context, backend, bound_claim_uid};
 use crate::csi::{CsiErrorClass, classify, pb};
 use crate::keys;
-use crate::kube::{EventType, get_fresh, is_conflict};
+use crate::kube::{get_fresh, is_conflict};
+use crate::names::Reason;
 use crate::provision::{self, ClaimView, Plan, ProvisionError, migration};
 
 /// How often a changed claim is re-read and re-decided within one attempt
@@ -51,8 +52,7 @@ pub async fn create(
     // As upstream: before every attempt, also one that then fails validation.
     ctx.recorder.record(
         cached,
-        EventType::Normal,
-        "Provisioning",
+        Reason::Provisioning,
         &format!(
             "External provisioner is provisioning volume for claim \"{}\"",
             view.key()
@@ -286,8 +286,7 @@ async fn save(
     if !deleted_since(ctx, view) {
         ctx.recorder.record(
             claim,
-            EventType::Normal,
-            "ProvisioningSucceeded",
+            Reason::ProvisioningSucceeded,
             &format!("Successfully provisioned volume {}", plan.pv_name),
         );
     }

@@ -15,6 +15,7 @@ use crate::controller::memory::{Attempt, still_held};
 use crate::controller::node::{NodeGate, Placement};
 use crate::keys;
 use crate::kube::slim::Claim;
+use crate::names::BindingMode;
 use crate::provision::{ClaimView, ProvisionError, ProvisionOptions, migration, volume_name};
 
 /// What a claim needs from us, by its own fields.
@@ -187,7 +188,11 @@ fn without_volume(f: &Facts) -> Decision {
 fn class_holds_back(claim: ClaimView, class: &StorageClass, driver: &str) -> Option<&'static str> {
     if class.provisioner != driver && !migration::is_migrated_class(class, driver) {
         Some("a class of another provisioner")
-    } else if class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer")
+    } else if class
+        .volume_binding_mode
+        .as_deref()
+        .and_then(BindingMode::parse)
+        == Some(BindingMode::WaitForFirstConsumer)
         && claim.selected_node().is_none()
     {
         Some("WaitForFirstConsumer: waiting for the scheduler's node")

@@ -11,8 +11,9 @@ use crate::controller::Context;
 use crate::controller::backend::DeleteError;
 use crate::csi::{CsiErrorClass, code_name};
 use crate::keys;
-use crate::kube::{EventType, api_message};
+use crate::kube::api_message;
 use crate::metrics::ClaimLabels;
+use crate::names::Reason;
 use crate::provision::{ClaimView, ProvisionError};
 
 #[derive(Debug, thiserror::Error)]
@@ -129,15 +130,13 @@ impl ClaimError {
         }
     }
 
-    /// The event this failure shows on the claim: type and reason. `None`:
-    /// only logged (upstream shows nothing for these either, or they are steps
-    /// of ours that a retry repeats without the user having to act).
-    pub fn event(&self) -> Option<(EventType, &'static str)> {
+    /// The event this failure shows on the claim: its reason (which gives its
+    /// type). `None`: only logged (upstream shows nothing for these either, or
+    /// they are steps of ours that a retry repeats without the user having to act).
+    pub fn event(&self) -> Option<Reason> {
         use ClaimError::*;
         match self {
-            Invalid(ProvisionError::ExternalPopulator { .. }) => {
-                Some((EventType::Normal, "Provisioning"))
-            }
+            Invalid(ProvisionError::ExternalPopulator { .. }) => Some(Reason::Provisioning),
             Invalid(_)
             | GetSecret { .. }
             | GetVolumeAttributesClass { .. }
@@ -148,10 +147,8 @@ impl ClaimError {
             | SelectedNodeGone { .. }
             | CreateVolume { .. }
             | Orphaned { .. }
-            | PvOfAnotherClaim { .. } => Some((EventType::Warning, "ProvisioningFailed")),
-            CleanupBlocked(_) | DeleteVolume { .. } => {
-                Some((EventType::Warning, "ProvisioningCleanupFailed"))
-            }
+            | PvOfAnotherClaim { .. } => Some(Reason::ProvisioningFailed),
+            CleanupBlocked(_) | DeleteVolume { .. } => Some(Reason::ProvisioningCleanupFailed),
             // Upstream retries a failed PV save in the background and says
             // nothing on the claim; so do we.
             StorageClassNotFound { .. }
@@ -272,10 +269,10 @@ pub fn report(ctx: &Context, claim: &PersistentVolumeClaim, err: &ClaimError) {
             .inc();
     }
     match (err.event(), err.event_source()) {
-        (Some((kind, reason)), None) => ctx.recorder.record(claim, kind, reason, &err.message()),
-        (Some((kind, reason)), Some(source)) => {
+        (Some(reason), None) => ctx.recorder.record(claim, reason, &err.message()),
+        (Some(reason), Some(source)) => {
             ctx.recorder
-                .record_as(source, claim, kind, reason, &err.message())
+                .record_as(source, claim, reason, &err.message())
         }
         (None, _) => {}
     }
@@ -296,8 +293,8 @@ mod tests {
 
     #[test]
     fn each_failure_knows_its_event_and_text() {
-        use EventType::*;
-        // (failure, event, its text, final)
+        use crate::names::EventType::{self, *};
+        // (failure, event: type and reason as upstream spells it, its text, final)
         type Row = (
             ClaimError,
             Option<(EventType, &'static str)>,
@@ -370,7 +367,8 @@ mod tests {
             ),
         ];
         for (err, event, text, fin) in cases {
-            assert_eq!(err.event(), event, "{err:?}");
+            let shown = err.event().map(|r| (r.event_type(), r.as_str()));
+            assert_eq!(shown, event, "{err:?}");
             assert_eq!(err.message(), text);
             assert_eq!(err.is_final(), fin, "{err:?}");
         }
