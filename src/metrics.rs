@@ -77,6 +77,37 @@ pub struct LeaseLabels {
     pub name: String,
 }
 
+/// A step of a claim's provisioning (`csi_provisioner_provision_stage_seconds`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StageLabels {
+    /// `check`: the authoritative check (the fenced intent write, a
+    /// freshness round or a read); `create_volume`; `save_pv`.
+    pub stage: String,
+}
+
+/// An object kind, for `csi_provisioner_stale_cache_answers_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ObjectLabels {
+    /// `claim` or `pv`.
+    pub object: String,
+}
+
+/// What the claim cache says now, for the gauges read at scrape time.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ClaimGauges {
+    /// Claims of our driver holding the provisioning intent.
+    pub holding_intent: u64,
+    /// Seconds since the oldest of them was created.
+    pub oldest_intent_age: f64,
+    /// Claims of our driver waiting for a volume (not bound, not deleted).
+    pub waiting: u64,
+    /// Seconds since the oldest of them was created.
+    pub oldest_waiting_age: f64,
+}
+
+/// Where [`ClaimGauges`] come from: set once the claim cache exists.
+type ClaimReading = Arc<Mutex<Option<Box<dyn Fn() -> ClaimGauges + Send + Sync>>>>;
+
 /// A work queue, by upstream's queue name (`claims`, `volumes`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QueueLabels {
@@ -105,6 +136,12 @@ pub struct Metrics {
     /// metrics; upstream starts the codes 200, 500 and 503 at zero).
     pub scrapes: Family<CodeLabels, Counter>,
     pub scrapes_in_flight: Gauge,
+    /// Ours (no upstream counterpart): how long each step of a claim's
+    /// provisioning takes, answers that showed our cache stale, and the
+    /// claims holding the intent or waiting, read at scrape time.
+    pub provision_stage: HistogramFamily<StageLabels>,
+    pub stale_cache_answers: Family<ObjectLabels, Counter>,
+    claims: ClaimCollector,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -143,7 +180,17 @@ impl Metrics {
             processing: Processing::default(),
             scrapes: Family::default(),
             scrapes_in_flight: Gauge::default(),
+            provision_stage: Family::new_with_constructor(csi_histogram),
+            stale_cache_answers: Family::default(),
+            claims: ClaimCollector::default(),
         };
+        for object in ["claim", "pv"] {
+            m.stale_cache_answers
+                .get_or_create(&ObjectLabels {
+                    object: object.into(),
+                })
+                .inc_by(0);
+        }
         for code in ["200", "500", "503"] {
             m.scrapes
                 .get_or_create(&CodeLabels { code: code.into() })
@@ -227,6 +274,7 @@ impl Metrics {
             "Current number of scrapes being served.",
             m.scrapes_in_flight.clone(),
         );
+        m.register_ours(registry);
         registry.register_collector(Box::new(m.processing.clone()));
         registry.register_collector(Box::new(ProcessCollector));
         m
@@ -252,9 +300,98 @@ impl Metrics {
         }
     }
 
+    /// Our own metrics (no upstream counterpart), under `csi_provisioner_`.
+    fn register_ours(&self, registry: &mut Registry) {
+        registry.register(
+            "csi_provisioner_provision_stage_seconds",
+            "Seconds one step of a claim's provisioning took: the authoritative check (stage=check), CreateVolume, saving the PV",
+            self.provision_stage.clone(),
+        );
+        registry.register(
+            "csi_provisioner_stale_cache_answers",
+            "Authoritative checks that found the cached copy stale (a fenced write refused, a round or read showing a newer object), by object",
+            self.stale_cache_answers.clone(),
+        );
+        registry.register_collector(Box::new(self.claims.clone()));
+    }
+
+    /// Where the claim gauges are read from at scrape time (the claim cache,
+    /// once it exists; until then they are not exported).
+    pub fn read_claims_from(&self, reading: impl Fn() -> ClaimGauges + Send + Sync + 'static) {
+        *self.claims.0.lock().expect("poisoned") = Some(Box::new(reading));
+    }
+
+    /// Times `step` as the provisioning stage `stage`.
+    pub fn stage(&self, stage: &str, took: std::time::Duration) {
+        self.provision_stage
+            .get_or_create(&StageLabels {
+                stage: stage.into(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Counts an answer that showed the cache's copy of `object` stale.
+    pub fn stale(&self, object: &str) {
+        self.stale_cache_answers
+            .get_or_create(&ObjectLabels {
+                object: object.into(),
+            })
+            .inc();
+    }
+
     /// A registry-less instance for unit tests and tools.
     pub fn unregistered() -> Metrics {
         Metrics::register(&mut Registry::default())
+    }
+}
+
+/// The claim gauges, read at scrape time from what [`Metrics::read_claims_from`] set.
+#[derive(Clone, Default)]
+struct ClaimCollector(ClaimReading);
+
+impl std::fmt::Debug for ClaimCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClaimCollector")
+    }
+}
+
+impl Collector for ClaimCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(g) = self.0.lock().expect("poisoned").as_ref().map(|read| read()) else {
+            return Ok(());
+        };
+        let gauges = [
+            (
+                "csi_provisioner_claims_holding_intent",
+                "Claims of the driver holding the provisioning intent now",
+                g.holding_intent as f64,
+            ),
+            (
+                "csi_provisioner_oldest_intent_claim_age_seconds",
+                "Seconds since the oldest claim holding the intent was created (0: none)",
+                g.oldest_intent_age,
+            ),
+            (
+                "csi_provisioner_claims_waiting",
+                "Claims of the driver waiting for a volume now (not bound, not deleted)",
+                g.waiting as f64,
+            ),
+            (
+                "csi_provisioner_oldest_waiting_claim_age_seconds",
+                "Seconds since the oldest claim waiting for a volume was created (0: none)",
+                g.oldest_waiting_age,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let family = encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                prometheus_client::metrics::MetricType::Gauge,
+            )?;
+            ConstGauge::new(value).encode(family)?;
+        }
+        Ok(())
     }
 }
 

@@ -506,3 +506,61 @@ async fn deprecated_metrics_address_serves_metrics_but_no_leader_health() {
     assert_eq!(health.status, 404, "{}", health.body);
     rig.cleanup().await;
 }
+
+/// Our own signals move with a claim: while its `CreateVolume` hangs it holds
+/// the intent and waits, and its check is timed; once bound neither gauge
+/// counts it, and each step of its provisioning was timed once or more.
+#[tokio::test]
+async fn our_signals_show_a_claim_holding_the_intent_and_the_steps_it_took() {
+    let address = free_address();
+    let rig = Rig::builder("metrics-ours")
+        .sidecar_args(&[&format!("--http-endpoint={address}")])
+        .start()
+        .await;
+    wait_serving(&rig, &address, "/metrics").await;
+    rig.control
+        .set_fault("CreateVolume", Fault::Hang)
+        .await
+        .unwrap();
+    rig.create_claim(rig.claim("slow")).await;
+    rig.control
+        .wait_for_hung("CreateVolume", 1, DEADLINE)
+        .await
+        .unwrap();
+    wait_for("the gauges to show the claim", DEADLINE, || async {
+        let samples = parse(&get(&address, "/metrics", None).await.unwrap().body);
+        let holding = value(&samples, "csi_provisioner_claims_holding_intent", &[]);
+        let waiting = value(&samples, "csi_provisioner_claims_waiting", &[]);
+        let oldest = value(
+            &samples,
+            "csi_provisioner_oldest_waiting_claim_age_seconds",
+            &[],
+        );
+        if holding == 1.0 && waiting == 1.0 && oldest >= 0.0 {
+            Ok(())
+        } else {
+            Err((holding, waiting, oldest))
+        }
+    })
+    .await;
+    rig.control.release("CreateVolume").await.unwrap();
+    rig.wait_bound("slow").await;
+    wait_for("the gauges to let the claim go", DEADLINE, || async {
+        let samples = parse(&get(&address, "/metrics", None).await.unwrap().body);
+        let waiting = value(&samples, "csi_provisioner_claims_waiting", &[]);
+        if waiting == 0.0 { Ok(()) } else { Err(waiting) }
+    })
+    .await;
+    let samples = parse(&get(&address, "/metrics", None).await.unwrap().body);
+    for stage in ["check", "create_volume", "save_pv"] {
+        assert!(
+            value(
+                &samples,
+                "csi_provisioner_provision_stage_seconds_count",
+                &[("stage", stage)]
+            ) >= 1.0,
+            "{stage} not timed"
+        );
+    }
+    rig.cleanup().await;
+}

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use csi_provisioner::metrics::{
-    ClaimLabels, CsiOperationLabels, LeaseLabels, Metrics, VolumeLabels,
+    ClaimGauges, ClaimLabels, CsiOperationLabels, LeaseLabels, Metrics, VolumeLabels,
 };
 use prometheus_client::registry::Registry;
 
@@ -68,6 +68,9 @@ fn exported() -> Exported {
     m.leader_status.get_or_create(&lease).set(1);
     m.leader_slowpath.get_or_create(&lease).inc();
     let _claims = m.work_queue("claims");
+    m.stage("check", std::time::Duration::from_millis(5));
+    m.stale("claim");
+    m.read_claims_from(ClaimGauges::default);
 
     let mut openmetrics = String::new();
     prometheus_client::encoding::text::encode(&mut openmetrics, &registry).unwrap();

@@ -265,6 +265,7 @@ async fn confirm_delete(ctx: &Context, cached: &Pv) -> Result<Option<Pv>, Volume
             Ok(answer) => return Ok(answer.left()),
             Err(e) if is_not_found(&e) => return Ok(None),
             Err(e) if is_conflict(&e) => {
+                ctx.metrics.stale("pv");
                 debug!(pv = %cached.name_any(), "changed since the cache saw it: reading it");
             }
             Err(e) => return Err(e.into()),

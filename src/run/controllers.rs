@@ -105,6 +105,7 @@ pub(super) async fn start(
         capacity: capacity.as_ref().map(|c| c.trigger.clone()),
     };
     let ctx = context(driver, &clients, &tuning, shared, caches);
+    export_claim_gauges(&metrics, &ctx);
 
     let runner = Runner::new(tuning.workers, &metrics, stop);
     let claims = runner.controller(
@@ -144,6 +145,18 @@ pub(super) async fn start(
     )
     .map(|_| ());
     Started { ctx, classes, work }
+}
+
+/// The claim gauges, read from the claim cache at scrape time.
+fn export_claim_gauges(metrics: &Metrics, ctx: &Context) {
+    let (store, driver) = (ctx.caches.claims.clone(), ctx.driver.name.clone());
+    metrics.read_claims_from(move || {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64();
+        claim::gauges(&store.state(), &driver, now)
+    });
 }
 
 /// What the context takes besides the driver, the clients and the caches.

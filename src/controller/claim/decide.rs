@@ -15,6 +15,7 @@ use crate::controller::memory::{Attempt, still_held};
 use crate::controller::node::{NodeGate, Placement};
 use crate::keys;
 use crate::kube::slim::Claim;
+use crate::metrics::ClaimGauges;
 use crate::names::BindingMode;
 use crate::provision::{ClaimView, ProvisionError, ProvisionOptions, migration, volume_name};
 
@@ -212,6 +213,34 @@ pub fn still_creates(
     work_for(claim, driver) == Work::Provision
         && class_holds_back(claim, class, driver).is_none()
         && place.claim(claim, class) == NodeGate::ThisNode
+}
+
+/// What the claim cache says now, for the gauges an operator alerts on:
+/// the claims of `driver` holding our intent, and those waiting for a
+/// volume, with how long ago the oldest of each was created (`now`: seconds
+/// since the Unix epoch).
+pub fn gauges(claims: &[Arc<Claim>], driver: &str, now: f64) -> ClaimGauges {
+    let mut g = ClaimGauges::default();
+    for Claim(claim) in claims.iter().map(|c| c.as_ref()) {
+        let view = ClaimView(claim);
+        if !view.asks(driver) {
+            continue;
+        }
+        let age = claim
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(0.0, |t| (now - t.0.as_second() as f64).max(0.0));
+        if view.holds_intent() {
+            g.holding_intent += 1;
+            g.oldest_intent_age = g.oldest_intent_age.max(age);
+        }
+        if work_for(view, driver) == Work::Provision {
+            g.waiting += 1;
+            g.oldest_waiting_age = g.oldest_waiting_age.max(age);
+        }
+    }
+    g
 }
 
 /// Trims a claim before it is cached. A claim bound to a PV and without our
@@ -619,6 +648,29 @@ mod tests {
         for (row, want, what) in rows {
             assert_eq!(kind(&row.decide().0), want, "{what}");
         }
+    }
+
+    #[test]
+    fn the_gauges_count_claims_holding_the_intent_and_waiting() {
+        let at = |c: C, secs: i64| {
+            let mut c = c.0;
+            c.metadata.creation_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::from_second(secs).unwrap(),
+                ));
+            Arc::new(Claim(c))
+        };
+        let claims = vec![
+            at(C::ours(), 900),                     // waiting 100 s
+            at(C::ours().intent(), 500),            // waiting and holding, 500 s
+            at(C::ours().bound().intent(), 950),    // holding (bound, not released yet)
+            at(C::ours().intent().deleting(), 990), // holding (cleanup)
+            at(C::ours().of("x"), 0),               // another driver's: not counted
+        ];
+        let g = gauges(&claims, DRIVER, 1000.0);
+        assert_eq!((g.holding_intent, g.waiting), (3, 2));
+        assert_eq!((g.oldest_intent_age, g.oldest_waiting_age), (500.0, 500.0));
+        assert_eq!(gauges(&[], DRIVER, 1000.0), ClaimGauges::default());
     }
 
     #[test]

@@ -72,17 +72,23 @@ pub async fn confirm(
     ctx: &Context,
     cached: &PersistentVolumeClaim,
 ) -> Result<Confirmed, ClaimError> {
-    match &ctx.intent {
+    let started = std::time::Instant::now();
+    let answer = match &ctx.intent {
         IntentMode::Admission(freshness) if ClaimView(cached).holds_intent() => {
-            Ok(match freshness.check().await {
+            match freshness.check().await {
                 Fresh::Caught => as_cached(ctx, cached),
                 // Alone, or the cache did not catch up: one read, cheaper for
                 // the API server than the no-op write it replaces.
                 Fresh::Unknown => read(&ctx.client, cached).await?,
-            })
+            }
         }
-        _ => record(&ctx.client, cached).await,
+        _ => record(&ctx.client, cached).await?,
+    };
+    ctx.metrics.stage("check", started.elapsed());
+    if let Confirmed::Changed(_) = answer {
+        ctx.metrics.stale("claim");
     }
+    Ok(answer)
 }
 
 /// The claim as the API server has it now, against the copy decided on (the

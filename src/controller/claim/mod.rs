@@ -39,7 +39,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use tracing::{debug, warn};
 
-pub use decide::{cached, trim};
+pub use decide::{cached, gauges, trim};
 pub use error::ClaimError;
 pub use intent::IntentReleaser;
 pub use memory::ClaimMemory;

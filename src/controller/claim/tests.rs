@@ -457,6 +457,15 @@ async fn a_cached_copy_with_the_intent_but_an_older_version_is_read_again() {
     rig.assert_script_done();
     assert_eq!(rig.body(1)["metadata"]["resourceVersion"], "9");
     assert_eq!(rig.backend().await, (1, 1, 0));
+    let stale = rig
+        .ctx
+        .metrics
+        .stale_cache_answers
+        .get_or_create(&crate::metrics::ObjectLabels {
+            object: "claim".into(),
+        })
+        .get();
+    assert_eq!(stale, 1, "the stale copy is counted");
 }
 
 /// Each answer to the intent write, and what follows it.
