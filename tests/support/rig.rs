@@ -360,6 +360,12 @@ impl Rig {
     /// Creates a Node labelled `key=zone` and its CSINode listing the rig's
     /// driver with topology key `key` (there is no kubelet to do it).
     pub async fn node_in_zone(&self, key: &str, zone: &str) -> String {
+        self.node_with(&[key], &[(key, zone)]).await
+    }
+
+    /// Creates a Node with `labels` and its CSINode listing the rig's driver
+    /// with the topology keys `keys`, in that order.
+    pub async fn node_with(&self, keys: &[&str], labels: &[(&str, &str)]) -> String {
         use k8s_openapi::api::core::v1::Node;
         use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec};
         use kube::api::ObjectMeta;
@@ -367,7 +373,12 @@ impl Rig {
         let node = Node {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
-                labels: Some([(key.to_string(), zone.to_string())].into()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
                 ..Default::default()
             },
             ..Default::default()
@@ -385,7 +396,7 @@ impl Rig {
                 drivers: vec![CSINodeDriver {
                     name: self.driver_name.clone(),
                     node_id: name.clone(),
-                    topology_keys: Some(vec![key.to_string()]),
+                    topology_keys: Some(keys.iter().map(|k| k.to_string()).collect()),
                     ..Default::default()
                 }],
             },

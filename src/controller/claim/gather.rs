@@ -339,11 +339,11 @@ async fn topology(
         !allowed.is_empty(),
         opts.immediate_topology,
     ) {
-        let keys = match &selected {
-            Some(s) => s.keys.clone(),
-            None => any_driver_keys(ctx).await?,
+        let key_sets = match &selected {
+            Some(s) => vec![s.keys.clone()],
+            None => registered_key_sets(ctx).await?,
         };
-        nodes_with(ctx, &keys).await?
+        cluster_terms(ctx, &key_sets).await?
     } else {
         Vec::new()
     };
@@ -379,40 +379,50 @@ fn driver_keys(csinode: &CSINode, driver: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Topology keys of our driver from any node that has them (Immediate binding).
-async fn any_driver_keys(ctx: &Context) -> Result<Vec<String>, TopologyError> {
+/// Every distinct key set our driver registered on a node (Immediate
+/// binding), in sorted order: the same for the same cluster whatever order the
+/// CSINodes are listed in (upstream #1589 picked one node's keys at random).
+async fn registered_key_sets(ctx: &Context) -> Result<Vec<Vec<String>>, TopologyError> {
     let csinodes = Api::<CSINode>::all(ctx.client.clone())
         .list(&ListParams::default())
         .await?;
-    csinodes
-        .items
-        .iter()
-        .map(|c| driver_keys(c, &ctx.driver.name))
-        .find(|k| !k.is_empty())
-        .ok_or_else(|| ProvisionError::Topology("no available topology found".into()).into())
+    let sets = topo::registered_key_sets(
+        csinodes
+            .items
+            .iter()
+            .map(|c| driver_keys(c, &ctx.driver.name)),
+    );
+    if sets.is_empty() {
+        return Err(ProvisionError::Topology("no available topology found".into()).into());
+    }
+    Ok(sets)
 }
 
-/// One segment set per node carrying every key.
-async fn nodes_with(ctx: &Context, keys: &[String]) -> Result<Vec<Segments>, TopologyError> {
-    if keys.is_empty() {
-        return Ok(Vec::new());
+/// The cluster's terms for each key set: the nodes carrying every key of a set
+/// (listed by label, metadata only) each give their values for it.
+async fn cluster_terms(
+    ctx: &Context,
+    key_sets: &[Vec<String>],
+) -> Result<Vec<Segments>, TopologyError> {
+    let nodes = Api::<Node>::all(ctx.client.clone());
+    let mut terms = Vec::new();
+    for keys in key_sets.iter().filter(|k| !k.is_empty()) {
+        let lp = ListParams::default().labels(&keys.join(","));
+        let listed = nodes.list_metadata(&lp).await?;
+        terms.extend(topo::terms_for_keys(
+            keys,
+            listed.items.iter().map(|n| n.labels()),
+        ));
     }
-    let lp = ListParams::default().labels(&keys.join(","));
-    let nodes = Api::<Node>::all(ctx.client.clone()).list(&lp).await?;
-    let segments: Vec<Segments> = nodes
-        .items
-        .iter()
-        .filter_map(|n| {
-            keys.iter()
-                .map(|k| n.labels().get(k).map(|v| (k.clone(), v.clone())))
-                .collect()
-        })
-        .collect();
-    if segments.is_empty() {
+    if terms.is_empty() && key_sets.iter().any(|k| !k.is_empty()) {
+        let keys = match key_sets {
+            [one] => format!("{one:?}"),
+            many => format!("{many:?}"),
+        };
         return Err(ProvisionError::Topology(format!(
-            "topologyKeys {keys:?} were not found on any nodes"
+            "topologyKeys {keys} were not found on any nodes"
         ))
         .into());
     }
-    Ok(segments)
+    Ok(terms)
 }
