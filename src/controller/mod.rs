@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
 use kube::Client;
 use kube::runtime::reflector::Store;
 
@@ -77,6 +77,15 @@ pub struct Caches {
     pub claims: Store<Claim>,
     /// How far the claim cache has caught up with the API server.
     pub claims_progress: Progress,
+    /// VolumeAttachments, for a driver with `PUBLISH_UNPUBLISH_VOLUME` only:
+    /// a PV one of them still names is not deleted yet (upstream's `vaLister`).
+    pub attachments: Option<Attachments>,
+}
+
+/// The VolumeAttachment cache and whether its first list is in.
+pub struct Attachments {
+    pub store: Store<VolumeAttachment>,
+    pub listed: Listed,
 }
 
 /// What the volume path remembers, per PV UID.

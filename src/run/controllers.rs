@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::future::OptionFuture;
 use futures::{FutureExt, Stream, StreamExt};
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Client;
 use kube::runtime::controller::Action;
@@ -28,7 +28,9 @@ use super::watch::{Cached, cached_stream, drop_managed_fields};
 use crate::config::CapacityConfig;
 use crate::controller::claim::intent::IntentMode;
 use crate::controller::claim::{ClaimMemory, IntentReleaser};
-use crate::controller::{Caches, Context, VolumeMemory, capacity, claim, snapshot_sweep, volume};
+use crate::controller::{
+    Attachments, Caches, Context, VolumeMemory, capacity, claim, snapshot_sweep, volume,
+};
 use crate::kube::fresh::Freshness;
 use crate::kube::slim::{Claim, Pv};
 use crate::kube::watch::Progress;
@@ -90,12 +92,15 @@ pub(super) async fn start(
     let (volumes, volume_writer) = reflector::store();
     let classes_listed = Listed::default();
     let class_watch = class_watch(&clients.work, class_writer, classes_listed.clone());
+    let (attachments, attachment_watch) =
+        attachment_cache(&clients.work, &driver.info, stop).unzip();
     let caches = Caches {
         classes,
         volumes,
         volumes_listed: Listed::default(),
         claims,
         claims_progress,
+        attachments,
     };
     let shared = Shared {
         options,
@@ -136,11 +141,12 @@ pub(super) async fn start(
     // too, and the other way round. Dropped (a lost Lease), they are aborted.
     let sweep = sweep(&ctx, tuning.snapshot_sweep, &clients.work, stop).await;
     let tracker = capacity.map(|c| own_task(c.run(ctx.clone(), stop.clone())));
-    let work = futures::future::join4(
+    let work = futures::future::join5(
         own_task(claims),
         own_task(volumes),
         sweep,
         OptionFuture::from(tracker),
+        OptionFuture::from(attachment_watch.map(own_task)),
     )
     .map(|_| ());
     Started { ctx, classes, work }
@@ -213,6 +219,38 @@ fn class_watch(
         |_| {},
     )
     .for_each(|_| async {})
+}
+
+/// VolumeAttachments, for a driver that publishes volumes (upstream watches
+/// them then, and only then): the volume path waits while one names a PV.
+/// Kept without managedFields and status; the watch ends with `stop`.
+fn attachment_cache(
+    client: &Client,
+    driver: &DriverInfo,
+    stop: &CancellationToken,
+) -> Option<(Attachments, impl Future<Output = ()> + Send + use<>)> {
+    if !driver.capabilities.publish_unpublish_volume {
+        return None;
+    }
+    info!("the driver publishes volumes: watching VolumeAttachments");
+    let (store, writer) = reflector::store();
+    let listed = Listed::default();
+    let stop = stop.clone();
+    let watch = cached_stream::<VolumeAttachment, _>(
+        client,
+        writer,
+        listed.clone(),
+        Progress::default(),
+        |va| {
+            drop_managed_fields(va);
+            va.status = None;
+        },
+        |_| true,
+        |_| {},
+    )
+    .take_until(async move { stop.cancelled().await })
+    .for_each(|_| async {});
+    Some((Attachments { store, listed }, watch))
 }
 
 /// Claims, in the claim cache: only those with work left, trimmed; a

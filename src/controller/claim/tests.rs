@@ -204,6 +204,7 @@ impl Rig {
                 volumes_listed: Listed::done(),
                 claims,
                 claims_progress: Default::default(),
+                attachments: None,
             },
             claims: memory.clone(),
             intents: IntentReleaser::start(client, memory),
