@@ -31,6 +31,10 @@ pub enum ConfigError {
     AdmissionIntentOnNodes,
     #[error("--timeout must be greater than zero")]
     ZeroTimeout,
+    #[error(
+        "--copy-pvc-labels: {key} cannot be copied: the scheduler reads it from PersistentVolumes to place their pods (the PV's node affinity says where its volume is)"
+    )]
+    SchedulingLabel { key: String },
     #[error("--csi-address {0:?} is not a unix socket (use /path, unix:///path or unix:path)")]
     CsiAddress(String),
     #[error("{flag} must be greater than zero")]

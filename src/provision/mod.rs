@@ -19,6 +19,7 @@ pub use pv::build_pv;
 pub use request::{Gathered, Plan, plan};
 pub use secrets::{SecretKind, SecretRef};
 
+use crate::config::MetadataConfig;
 use crate::csi::DriverCapabilities;
 use crate::keys;
 // Sizes are read and written with the crate's one quantity parser (a bottom-layer module);
@@ -51,6 +52,8 @@ pub struct ProvisionOptions {
     /// default): a `dataSourceRef` may name another namespace, where a
     /// ReferenceGrant must allow it.
     pub cross_namespace_data_source: bool,
+    /// Which claim (and namespace) labels and annotations are passed on.
+    pub metadata: MetadataConfig,
 }
 
 impl Default for ProvisionOptions {
@@ -67,6 +70,7 @@ impl Default for ProvisionOptions {
             volume_attributes_class: true,
             prevent_volume_mode_conversion: true,
             cross_namespace_data_source: false,
+            metadata: MetadataConfig::default(),
         }
     }
 }
