@@ -5,6 +5,7 @@
 mod claim;
 pub mod clone;
 pub mod grant;
+mod metadata;
 pub mod migration;
 mod naming;
 mod pv;
@@ -195,6 +196,21 @@ pub enum ProvisionError {
         driver: String,
         ours: String,
     },
+    /// A listed label or annotation whose value no driver can be expected to
+    /// take (`--extra-create-metadata-*`); the value itself is not shown.
+    #[error("cannot pass {from} {key:?} to the driver as parameter {parameter:?}: {reason}")]
+    MetadataValue {
+        /// `claim label`, `namespace annotation`, …
+        from: &'static str,
+        key: String,
+        parameter: String,
+        reason: String,
+    },
+    #[error(
+        "the parameters with the claim's and its namespace's metadata would be {bytes} bytes, more than the {} bytes CSI allows a map",
+        keys::CSI_MAX_MAP_BYTES
+    )]
+    MetadataTooLarge { bytes: usize },
     #[error("CreateVolume returned no volume or an empty volume id")]
     EmptyVolumeId,
     #[error("created volume capacity {got} less than requested capacity {want}")]

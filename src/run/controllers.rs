@@ -9,11 +9,14 @@ use std::time::Duration;
 
 use futures::future::OptionFuture;
 use futures::{FutureExt, Stream, StreamExt};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::Client;
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::{Controller, controller, reflector, watcher};
+use kube::{Api, Client};
 use prometheus_client::registry::Registry;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -24,8 +27,8 @@ use tracing::{info, warn};
 use super::FatalError;
 use super::clients::{Clients, serves_volume_snapshots};
 use super::driver::Driver;
-use super::watch::{Cached, cached_stream, drop_managed_fields};
-use crate::config::CapacityConfig;
+use super::watch::{Cached, cached_stream, drop_managed_fields, source_stream};
+use crate::config::{CapacityConfig, MetadataConfig};
 use crate::controller::claim::intent::IntentMode;
 use crate::controller::claim::{ClaimMemory, IntentReleaser};
 use crate::controller::{
@@ -33,7 +36,7 @@ use crate::controller::{
 };
 use crate::kube::fresh::Freshness;
 use crate::kube::slim::{Claim, Pv};
-use crate::kube::watch::Progress;
+use crate::kube::watch::{Metadata, Progress};
 use crate::kube::{EventRecorder, LeaderGate, Listed};
 use crate::metrics::Metrics;
 use crate::provision::{DriverInfo, ProvisionOptions};
@@ -94,6 +97,8 @@ pub(super) async fn start(
     let class_watch = class_watch(&clients.work, class_writer, classes_listed.clone());
     let (attachments, attachment_watch) =
         attachment_cache(&clients.work, &driver.info, stop).unzip();
+    let (namespaces, namespace_watch) =
+        namespace_cache(&clients.work, &options.metadata, stop).unzip();
     let caches = Caches {
         classes,
         volumes,
@@ -101,6 +106,7 @@ pub(super) async fn start(
         claims,
         claims_progress,
         attachments,
+        namespaces,
     };
     let shared = Shared {
         options,
@@ -141,12 +147,16 @@ pub(super) async fn start(
     // too, and the other way round. Dropped (a lost Lease), they are aborted.
     let sweep = sweep(&ctx, tuning.snapshot_sweep, &clients.work, stop).await;
     let tracker = capacity.map(|c| own_task(c.run(ctx.clone(), stop.clone())));
+    let watches = futures::future::join(
+        OptionFuture::from(attachment_watch.map(own_task)),
+        OptionFuture::from(namespace_watch.map(own_task)),
+    );
     let work = futures::future::join5(
         own_task(claims),
         own_task(volumes),
         sweep,
         OptionFuture::from(tracker),
-        OptionFuture::from(attachment_watch.map(own_task)),
+        watches,
     )
     .map(|_| ());
     Started { ctx, classes, work }
@@ -251,6 +261,64 @@ fn attachment_cache(
     .take_until(async move { stop.cancelled().await })
     .for_each(|_| async {});
     Some((Attachments { store, listed }, watch))
+}
+
+/// Namespaces, when requests carry their labels or annotations
+/// (`--extra-create-metadata-namespace-*`): their metadata alone (the API
+/// server sends nothing else), kept with only the listed keys. The claim
+/// path reads a namespace the cache does not have yet; the watch ends with
+/// `stop`.
+fn namespace_cache(
+    client: &Client,
+    keys: &MetadataConfig,
+    stop: &CancellationToken,
+) -> Option<(
+    reflector::Store<PartialObjectMeta<Namespace>>,
+    impl Future<Output = ()> + Send + use<>,
+)> {
+    if !keys.needs_namespace() {
+        return None;
+    }
+    info!("requests carry namespace metadata: watching namespaces (metadata only)");
+    let (store, writer) = reflector::store();
+    let (labels, annotations) = (
+        keys.namespace_labels.clone(),
+        keys.namespace_annotations.clone(),
+    );
+    let trim = move |ns: &mut PartialObjectMeta<Namespace>| {
+        let meta = std::mem::take(&mut ns.metadata);
+        ns.metadata = ObjectMeta {
+            name: meta.name,
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+            labels: only(meta.labels, &labels),
+            annotations: only(meta.annotations, &annotations),
+            ..Default::default()
+        };
+    };
+    let stop = stop.clone();
+    let watch = source_stream(
+        Metadata(Api::<Namespace>::all(client.clone())),
+        writer,
+        Listed::default(),
+        Progress::default(),
+        trim,
+        |_| true,
+        |_| {},
+    )
+    .take_until(async move { stop.cancelled().await })
+    .for_each(|_| async {});
+    Some((store, watch))
+}
+
+/// The entries of `map` whose keys are listed.
+fn only(
+    map: Option<std::collections::BTreeMap<String, String>>,
+    keys: &[String],
+) -> Option<std::collections::BTreeMap<String, String>> {
+    let kept: std::collections::BTreeMap<_, _> =
+        map?.into_iter().filter(|(k, _)| keys.contains(k)).collect();
+    (!kept.is_empty()).then_some(kept)
 }
 
 /// Claims, in the claim cache: only those with work left, trimmed; a

@@ -42,7 +42,14 @@ fn every_default_matches_upstream() {
                 prevent_volume_mode_conversion,
                 admission_intent,
             },
-        metadata: MetadataArgs { copy_pvc_labels },
+        metadata:
+            MetadataArgs {
+                copy_pvc_labels,
+                extra_create_metadata_pvc_labels,
+                extra_create_metadata_pvc_annotations,
+                extra_create_metadata_namespace_labels,
+                extra_create_metadata_namespace_annotations,
+            },
         leader_election:
             LeaderElectionArgs {
                 leader_election,
@@ -124,6 +131,11 @@ fn every_default_matches_upstream() {
     assert!(feature_gates.is_empty());
     // Ours (upstream has no such flag): nothing passed on by default.
     assert!(copy_pvc_labels.is_empty());
+    // PR #1531's flags, and ours of the same shape: nothing sent to the driver by default.
+    assert!(extra_create_metadata_pvc_labels.is_empty());
+    assert!(extra_create_metadata_pvc_annotations.is_empty());
+    assert!(extra_create_metadata_namespace_labels.is_empty());
+    assert!(extra_create_metadata_namespace_annotations.is_empty());
     // 1.1.b
     assert!(!version);
     assert_eq!(kubeconfig, "");

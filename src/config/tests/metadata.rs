@@ -68,3 +68,42 @@ fn the_scheduling_labels_of_pvs_are_never_copied() {
         assert!(err.to_string().contains("the scheduler reads it"), "{err}");
     }
 }
+
+#[test]
+fn each_list_goes_to_its_own_parameters_and_the_namespace_is_needed_only_for_its_own() {
+    let got = metadata(&[
+        "--extra-create-metadata-pvc-labels=team",
+        "--extra-create-metadata-pvc-annotations=example.com/owner",
+    ])
+    .unwrap();
+    assert_eq!(got.pvc_labels, ["team"]);
+    assert_eq!(got.pvc_annotations, ["example.com/owner"]);
+    assert!(!got.needs_namespace());
+    for flag in [
+        "--extra-create-metadata-namespace-labels=tier",
+        "--extra-create-metadata-namespace-annotations=example.com/account",
+    ] {
+        let got = metadata(&[flag]).unwrap();
+        assert!(got.needs_namespace(), "{flag}");
+        assert_eq!(
+            got.namespace_labels.len() + got.namespace_annotations.len(),
+            1
+        );
+    }
+}
+
+#[test]
+fn a_key_whose_parameter_no_driver_could_be_sent_is_refused() {
+    // csi.storage.k8s.io/namespace/annotations/ is 41 bytes: 87 more fit CSI's 128.
+    let fits = format!("{}/{}", "p".repeat(23), "n".repeat(63));
+    assert_eq!(fits.len(), 87);
+    let flag = |key: &str| format!("--extra-create-metadata-namespace-annotations={key}");
+    assert!(metadata(&[&flag(&fits)]).is_ok());
+    let too_long = format!("{}/{}", "p".repeat(24), "n".repeat(63));
+    let err = metadata(&[&flag(&too_long)]).unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::ParameterKeyTooLong { flag, .. } if *flag == "--extra-create-metadata-namespace-annotations"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("129 bytes"), "{err}");
+}

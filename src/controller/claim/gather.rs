@@ -6,11 +6,13 @@
 //! check applies and any failure stops it. Best effort for the cleanup of a
 //! deleted claim: the same request as far as it can still be rebuilt.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttributesClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ListParams;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use tracing::debug;
 
@@ -78,11 +80,13 @@ pub async fn for_create(
             })?,
         None => HashMap::new(),
     };
+    let metadata_parameters = metadata_parameters(ctx, claim, &plan).await?;
     let request = plan.request(Gathered {
         content_source,
         mutable_parameters,
         accessibility_requirements,
         secrets,
+        metadata_parameters,
     });
     Ok(Ready {
         plan,
@@ -127,7 +131,42 @@ pub async fn for_cleanup(
         mutable_parameters,
         accessibility_requirements: topology(ctx, claim, class).await.ok().flatten(),
         secrets: backend::secret_data_or_none(ctx, plan.provisioner_secret()).await,
+        metadata_parameters: metadata_parameters(ctx, claim, plan)
+            .await
+            .unwrap_or_default(),
     })
+}
+
+/// The listed labels and annotations of the claim and of its namespace as
+/// parameters (`--extra-create-metadata-*`). The namespace comes from its
+/// cache (metadata only), or is read when the cache does not have it yet.
+async fn metadata_parameters(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+    plan: &Plan,
+) -> Result<BTreeMap<String, String>, ClaimError> {
+    let namespace = match &ctx.caches.namespaces {
+        Some(cache) => {
+            let name = ClaimView(claim).namespace();
+            match cache.get(&ObjectRef::new(name)) {
+                Some(ns) => Some(ns.metadata.clone()),
+                None => Some(read_namespace(ctx, name).await?),
+            }
+        }
+        None => None,
+    };
+    Ok(plan.metadata_parameters(claim, namespace.as_ref(), &ctx.options.metadata)?)
+}
+
+async fn read_namespace(ctx: &Context, name: &str) -> Result<ObjectMeta, ClaimError> {
+    Api::<Namespace>::all(ctx.client.clone())
+        .get_metadata(name)
+        .await
+        .map(|ns| ns.metadata)
+        .map_err(|source| ClaimError::ReadNamespace {
+            name: name.to_string(),
+            source,
+        })
 }
 
 /// A source in another namespace: a ReferenceGrant there must allow it

@@ -205,6 +205,7 @@ impl Rig {
                 claims,
                 claims_progress: Default::default(),
                 attachments: None,
+                namespaces: None,
             },
             claims: memory.clone(),
             intents: IntentReleaser::start(client, memory),
