@@ -13,34 +13,12 @@ use std::process::Command;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
-use support::{ChildProcess, Rig, cluster};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Sidecar {
-    Upstream,
-    Ours,
-}
+use support::{Rig, Sidecar};
 
 /// One sidecar (with `flags`) provisions a labelled claim; the labels of its PV.
 async fn pv_labels(who: Sidecar, flags: &[&str]) -> BTreeMap<String, String> {
-    let builder = Rig::builder("pvc-labels");
-    let (rig, _upstream) = match who {
-        // Ours under the shipped RBAC.
-        Sidecar::Ours => (builder.sidecar_args(flags).start().await, None),
-        Sidecar::Upstream => {
-            let rig = builder
-                .kubeconfig(cluster().await.kubeconfig.clone())
-                .without_sidecar()
-                .start()
-                .await;
-            let upstream = ChildProcess::spawn(
-                Command::new(support::testbed_bin("csi-provisioner-upstream"))
-                    .args(&rig.args)
-                    .args(flags),
-            );
-            (rig, Some(upstream))
-        }
-    };
+    let mut rig = Rig::builder("pvc-labels").start_for(who).await;
+    let _upstream = rig.start_as(who, flags);
     rig.create_claim(
         rig.claim("data")
             .label("team", "payments")
@@ -124,33 +102,14 @@ const METADATA_FLAGS: [&str; 4] = [
 /// annotations in a namespace with labels and annotations; the parameters the driver got, with
 /// the run's names replaced.
 async fn parameters_sent(who: Sidecar, flags: &[&str]) -> BTreeMap<String, String> {
-    let builder = Rig::builder("ns-meta")
+    let mut rig = Rig::builder("ns-meta")
         .class(|c| c.param("type", "fast"))
-        .without_sidecar();
-    let mut rig = match who {
-        Sidecar::Ours => builder.start().await,
-        Sidecar::Upstream => {
-            builder
-                .kubeconfig(cluster().await.kubeconfig.clone())
-                .start()
-                .await
-        }
-    };
+        .start_for(who)
+        .await;
     label_namespace(&rig, "acct-123").await;
     let mut args = vec!["--leader-election=false", "--extra-create-metadata"];
     args.extend(flags);
-    let _upstream = match who {
-        Sidecar::Ours => {
-            rig.args.extend(args.iter().map(|a| a.to_string()));
-            rig.start_sidecar();
-            None
-        }
-        Sidecar::Upstream => Some(ChildProcess::spawn(
-            Command::new(support::testbed_bin("csi-provisioner-upstream"))
-                .args(&rig.args)
-                .args(&args),
-        )),
-    };
+    let _upstream = rig.start_as(who, &args);
     rig.create_claim(
         rig.claim("data")
             .label("team", "payments")

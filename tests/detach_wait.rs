@@ -7,19 +7,11 @@
 
 mod support;
 
-use std::process::Command;
-
 use k8s_openapi::api::storage::v1::{
     VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec,
 };
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
-use support::{ChildProcess, DEADLINE, Rig, cluster, unique_name, wait_for};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Sidecar {
-    Upstream,
-    Ours,
-}
+use support::{DEADLINE, Rig, Sidecar, unique_name, wait_for};
 
 /// What one sidecar showed while the volume was attached.
 #[derive(Debug)]
@@ -50,34 +42,16 @@ fn attachment(name: &str, driver: &str, node: &str, pv: &str) -> VolumeAttachmen
     }
 }
 
-async fn rig(who: Sidecar) -> (Rig, Option<ChildProcess>) {
-    let flags = ["--leader-election=false", "--retry-interval-max=4s"];
-    let builder = Rig::builder("detach")
-        .driver(|d| d.capabilities = vec!["+PUBLISH_UNPUBLISH_VOLUME".to_string()]);
-    match who {
-        // Ours under the shipped RBAC (the VolumeAttachment watch needs its rule).
-        Sidecar::Ours => (builder.sidecar_args(&flags).start().await, None),
-        Sidecar::Upstream => {
-            let rig = builder
-                .kubeconfig(cluster().await.kubeconfig.clone())
-                .without_sidecar()
-                .start()
-                .await;
-            let upstream = ChildProcess::spawn(
-                Command::new(support::testbed_bin("csi-provisioner-upstream"))
-                    .args(&rig.args)
-                    .args(flags),
-            );
-            (rig, Some(upstream))
-        }
-    }
-}
-
 /// A claim provisioned, "attached" (a VolumeAttachment naming its PV, as the attach/detach
 /// controller makes), deleted; what the sidecar does until the attachment goes; then the PV must
 /// be deleted.
 async fn scenario(who: Sidecar) -> Observed {
-    let (rig, _upstream) = rig(who).await;
+    let mut rig = Rig::builder("detach")
+        .driver(|d| d.capabilities = vec!["+PUBLISH_UNPUBLISH_VOLUME".to_string()])
+        .start_for(who)
+        .await;
+    // Ours under the shipped RBAC: the VolumeAttachment watch needs its rule.
+    let _upstream = rig.start_as(who, &["--leader-election=false", "--retry-interval-max=4s"]);
     rig.create_claim(rig.claim("data")).await;
     let pv = rig.wait_bound("data").await;
     let pv_name = pv.metadata.name.clone().unwrap();

@@ -29,6 +29,14 @@ use super::{
 /// deadline on a loaded 2-core machine, not a performance assertion).
 pub const DEADLINE: Duration = Duration::from_secs(90);
 
+/// Which sidecar a side-by-side test runs next to the rig's driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sidecar {
+    /// The upstream Go sidecar (v6.3.0) built by the test bed.
+    Upstream,
+    Ours,
+}
+
 pub struct RigBuilder {
     prefix: String,
     sidecar_args: Vec<String>,
@@ -79,6 +87,21 @@ impl RigBuilder {
     pub fn sidecar_binary(mut self, path: PathBuf) -> Self {
         self.sidecar_binary = Some(path);
         self
+    }
+
+    /// Starts the rig for `who`, without its sidecar ([`Rig::start_as`] starts it): upstream runs
+    /// as the cluster admin (the shipped RBAC is ours, not its), ours under the shipped RBAC.
+    pub async fn start_for(self, who: Sidecar) -> Rig {
+        let builder = self.without_sidecar();
+        match who {
+            Sidecar::Upstream => {
+                builder
+                    .kubeconfig(cluster().await.kubeconfig.clone())
+                    .start()
+                    .await
+            }
+            Sidecar::Ours => builder.start().await,
+        }
     }
 
     pub async fn start(self) -> Rig {
@@ -186,6 +209,23 @@ impl Rig {
                 .args(&self.args)
                 .envs(self.env.iter().cloned()),
         ));
+    }
+
+    /// Starts `who` with the rig's flags and `flags`: ours as the rig's sidecar, upstream as a
+    /// process returned to the caller, who keeps it for as long as it should run.
+    pub fn start_as(&mut self, who: Sidecar, flags: &[&str]) -> Option<ChildProcess> {
+        match who {
+            Sidecar::Ours => {
+                self.args.extend(flags.iter().map(|f| f.to_string()));
+                self.start_sidecar();
+                None
+            }
+            Sidecar::Upstream => Some(ChildProcess::spawn(
+                Command::new(super::testbed_bin("csi-provisioner-upstream"))
+                    .args(&self.args)
+                    .args(flags),
+            )),
+        }
     }
 
     /// SIGKILLs the sidecar (no cleanup, like a crash or OOM kill).
