@@ -52,6 +52,19 @@ pub const PARAM_FSTYPE_LEGACY: &str = "fstype";
 pub const PARAM_PVC_NAME: &str = "csi.storage.k8s.io/pvc/name";
 pub const PARAM_PVC_NAMESPACE: &str = "csi.storage.k8s.io/pvc/namespace";
 pub const PARAM_PV_NAME: &str = "csi.storage.k8s.io/pv/name";
+/// Prefixes of the `CreateVolume` parameters that carry the values of the
+/// listed labels and annotations of the claim's namespace (upstream PR #1531:
+/// `--extra-create-metadata-namespace-labels`, `-annotations`) and of the
+/// claim itself (ours, the same shape: `--extra-create-metadata-pvc-labels`,
+/// `-annotations`); the key follows the prefix.
+pub const PARAM_NAMESPACE_LABELS: &str = "csi.storage.k8s.io/namespace/labels/";
+pub const PARAM_NAMESPACE_ANNOTATIONS: &str = "csi.storage.k8s.io/namespace/annotations/";
+pub const PARAM_PVC_LABELS: &str = "csi.storage.k8s.io/pvc/labels/";
+pub const PARAM_PVC_ANNOTATIONS: &str = "csi.storage.k8s.io/pvc/annotations/";
+/// CSI's size limits (spec "Size Limits"): a string, and a whole
+/// `map<string, string>` such as the parameters, keys and values together.
+pub const CSI_MAX_STRING_BYTES: usize = 128;
+pub const CSI_MAX_MAP_BYTES: usize = 4096;
 
 /// Data source kinds the provisioner itself fills (any other kind is left to
 /// a volume populator), and the API group a snapshot source must name.

@@ -332,13 +332,14 @@ fn a_usage_error_keeps_its_exit_code_when_stderr_is_gone() {
 }
 
 /// The headings of `--help`, in order: the flags grouped by what they configure.
-const HEADINGS: [&str; 10] = [
+const HEADINGS: [&str; 11] = [
     "Options:",
     "CSI driver connection:",
     "Kubernetes API client:",
     "Leader election:",
     "Provisioning:",
     "Data sources (clones and snapshots):",
+    "Claim and namespace metadata:",
     "Storage capacity:",
     "Node deployment:",
     "Metrics and HTTP:",
@@ -382,6 +383,7 @@ fn help_says_what_the_program_is_then_groups_the_flags() {
                 "prevent-volume-mode-conversion",
                 "Data sources (clones and snapshots):",
             ),
+            ("copy-pvc-labels", "Claim and namespace metadata:"),
             ("capacity-ownerref-level", "Storage capacity:"),
             ("node-deployment-max-delay", "Node deployment:"),
             ("metrics-path", "Metrics and HTTP:"),

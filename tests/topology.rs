@@ -138,3 +138,96 @@ async fn immediate_claim_with_allowed_topologies_is_provisioned_in_them() {
     assert_eq!(affinity_zones(&pv), vec!["zone-a"]);
     rig.cleanup().await;
 }
+
+/// upstream #1589 / PR #1582: nodes that register different topology key sets
+/// (region on some, region and zone on others) give every Immediate claim the
+/// same requisite, with every key set's terms, whatever order the API server
+/// lists CSINodes and Nodes in; the same again after a restart.
+#[tokio::test]
+async fn immediate_topology_is_the_same_for_every_claim_and_across_restarts() {
+    // Keys of this test alone: other tests' nodes share the control plane.
+    let prefix = unique_name("keys");
+    let region = format!("{prefix}.test/region");
+    let zone = format!("{prefix}.test/zone");
+    let mut rig = Rig::builder("topo-keys")
+        .driver(|d| d.topology = Some((region.clone(), "r1".to_string())))
+        .start()
+        .await;
+    let (r, z) = (region.as_str(), zone.as_str());
+    let nodes = vec![
+        rig.node_with(&[r], &[(r, "r1")]).await,
+        rig.node_with(&[z, r], &[(r, "r1"), (z, "a")]).await,
+        rig.node_with(&[r, z], &[(r, "r2"), (z, "b")]).await,
+        rig.node_with(&[r], &[(r, "r2")]).await,
+    ];
+    let claims = ["www-web-0", "www-web-1", "www-web-2", "www-web-3"];
+    for claim in claims {
+        rig.create_claim(rig.claim(claim)).await;
+    }
+    let mut first = std::collections::BTreeMap::new();
+    for claim in claims {
+        let pv = rig.wait_bound(claim).await;
+        first.insert(claim, requirements_of(&rig, &pv).await);
+    }
+    let term = |pairs: &[(&str, &str)]| -> Term {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let everywhere = vec![
+        term(&[(r, "r1")]),
+        term(&[(r, "r2")]),
+        term(&[(r, "r1"), (z, "a")]),
+        term(&[(r, "r2"), (z, "b")]),
+    ];
+    for (claim, (requisite, preferred)) in &first {
+        assert_eq!(requisite, &everywhere, "{claim}: every key set's terms");
+        let mut sorted = preferred.clone();
+        sorted.sort_by(|a, b| a.len().cmp(&b.len()).then(a.cmp(b)));
+        assert_eq!(
+            sorted, everywhere,
+            "{claim}: preferred is the requisite rotated"
+        );
+    }
+    let leading: std::collections::BTreeSet<_> =
+        first.values().map(|(_, p)| p[0].clone()).collect();
+    assert_eq!(
+        leading.len(),
+        4,
+        "StatefulSet ordinals spread over the terms: {first:?}"
+    );
+
+    // After a restart the same claim (a new object of the same name) is given
+    // the same topology.
+    rig.delete_claim("www-web-1").await;
+    rig.wait_claim_gone("www-web-1").await;
+    rig.kill_sidecar();
+    rig.start_sidecar();
+    rig.create_claim(rig.claim("www-web-1")).await;
+    let pv = rig.wait_bound("www-web-1").await;
+    assert_eq!(requirements_of(&rig, &pv).await, first["www-web-1"]);
+
+    for node in nodes {
+        rig.remove_node(&node).await;
+    }
+    rig.cleanup().await;
+}
+
+type Term = std::collections::BTreeMap<String, String>;
+
+/// The (requisite, preferred) of the successful `CreateVolume` of `pv`.
+async fn requirements_of(
+    rig: &Rig,
+    pv: &k8s_openapi::api::core::v1::PersistentVolume,
+) -> (Vec<Term>, Vec<Term>) {
+    let name = pv.metadata.name.clone().unwrap();
+    let ledger = rig.ledger().await;
+    let op = ledger
+        .operations_of("CreateVolume")
+        .filter(|op| op.name.as_deref() == Some(&name) && op.volume_id.is_some())
+        .last()
+        .unwrap_or_else(|| panic!("no CreateVolume of {name}"))
+        .clone();
+    (op.requisite, op.preferred)
+}

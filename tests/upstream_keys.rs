@@ -28,6 +28,17 @@ const RBD_MIGRATION: [&str; 3] = [
     "rbd.csi.ceph.com/volume-handle",
 ];
 
+/// Parameter prefixes of no upstream release: the namespace's are upstream PR #1531's (open;
+/// spelled as its commit 9e1bb58 spells them: `namespaceLabelsParameterPrefix`,
+/// `namespaceAnnotationsParameterPrefix`), the claim's are ours in the same shape
+/// (docs/compatibility.md, "Claim and namespace metadata to the driver").
+const NOT_IN_A_RELEASE: [&str; 4] = [
+    "csi.storage.k8s.io/namespace/labels/",
+    "csi.storage.k8s.io/namespace/annotations/",
+    "csi.storage.k8s.io/pvc/labels/",
+    "csi.storage.k8s.io/pvc/annotations/",
+];
+
 /// The modules whose sources define the keys upstream's sidecar uses.
 const MODULES: &[&str] = &[
     "github.com/kubernetes-csi/external-provisioner/v6",
@@ -126,6 +137,7 @@ fn every_upstream_key_is_spelled_as_upstream_spells_it() {
         .into_iter()
         .filter(|(_, value)| !value.starts_with(OURS))
         .filter(|(_, value)| !RBD_MIGRATION.contains(&value.as_str()))
+        .filter(|(_, value)| !NOT_IN_A_RELEASE.contains(&value.as_str()))
         .filter(|(_, value)| !spelled(value, &literals))
         .map(|(name, value)| format!("{name} = {value:?}"))
         .collect();

@@ -9,7 +9,7 @@ use super::gates::{GateSettings, parse_feature_gates};
 use super::go_flags::normalize_args;
 use super::values::parse_go_bool;
 use super::{
-    CapacityArgs, ClientArgs, CsiArgs, HttpArgs, LeaderElectionArgs, LoggingArgs,
+    CapacityArgs, ClientArgs, CsiArgs, HttpArgs, LeaderElectionArgs, LoggingArgs, MetadataArgs,
     NodeDeploymentArgs, ProvisioningArgs,
 };
 
@@ -35,6 +35,7 @@ pub(super) mod heading {
     pub const LEADER_ELECTION: &str = "Leader election";
     pub const PROVISIONING: &str = "Provisioning";
     pub const DATA_SOURCES: &str = "Data sources (clones and snapshots)";
+    pub const METADATA: &str = "Claim and namespace metadata";
     pub const CAPACITY: &str = "Storage capacity";
     pub const NODE_DEPLOYMENT: &str = "Node deployment";
     pub const HTTP: &str = "Metrics and HTTP";
@@ -109,6 +110,8 @@ pub struct Args {
     pub leader_election: LeaderElectionArgs,
     #[command(flatten)]
     pub provisioning: ProvisioningArgs,
+    #[command(flatten)]
+    pub metadata: MetadataArgs,
     #[command(flatten)]
     pub capacity: CapacityArgs,
     #[command(flatten)]

@@ -1,6 +1,8 @@
 //! Why flags that parse cannot run: each [`ConfigError`] is one line naming
 //! the flag (or the environment variable) to change.
 
+use crate::keys;
+
 /// Flags that parse but cannot run together, or a missing environment
 /// variable. Each message is one line naming the flag.
 #[derive(Clone, Debug, thiserror::Error, PartialEq)]
@@ -31,6 +33,17 @@ pub enum ConfigError {
     AdmissionIntentOnNodes,
     #[error("--timeout must be greater than zero")]
     ZeroTimeout,
+    #[error(
+        "--copy-pvc-labels: {key} cannot be copied: the scheduler reads it from PersistentVolumes to place their pods (the PV's node affinity says where its volume is)"
+    )]
+    SchedulingLabel { key: String },
+    #[error(
+        "{flag}: the parameter {parameter:?} would be {} bytes, more than the {} bytes CSI allows a string", parameter.len(), keys::CSI_MAX_STRING_BYTES
+    )]
+    ParameterKeyTooLong {
+        flag: &'static str,
+        parameter: String,
+    },
     #[error("--csi-address {0:?} is not a unix socket (use /path, unix:///path or unix:path)")]
     CsiAddress(String),
     #[error("{flag} must be greater than zero")]

@@ -28,6 +28,7 @@ mod go_flags;
 mod http;
 mod leader_election;
 mod logging;
+mod metadata;
 mod node_deployment;
 mod provisioning;
 mod values;
@@ -46,9 +47,10 @@ pub use go_flags::normalize_args;
 pub use http::{HttpArgs, HttpConfig};
 pub use leader_election::{LeaderElectionArgs, LeaderElectionConfig};
 pub use logging::{LogFormat, LoggingArgs, LoggingConfig};
+pub use metadata::{MetadataArgs, MetadataConfig};
 pub use node_deployment::{NodeDeploymentArgs, NodeDeploymentConfig};
 pub use provisioning::{ProvisioningArgs, ProvisioningConfig, volume_name_uuid_length_of};
-pub use values::{Labels, VModule, VModuleList, parse_byte_quantity};
+pub use values::{Keys, Labels, VModule, VModuleList, parse_byte_quantity};
 
 use cli::{NOT_SUPPORTED_YET, NotSupported};
 
@@ -61,6 +63,8 @@ pub struct Config {
     pub timeout: Duration,
     pub client: ClientConfig,
     pub provisioning: ProvisioningConfig,
+    /// Which claim and namespace labels and annotations are passed on.
+    pub metadata: MetadataConfig,
     /// `None` without `--leader-election`.
     pub leader_election: Option<LeaderElectionConfig>,
     /// `None` when neither `--http-endpoint` nor `--metrics-address` is set.
@@ -102,6 +106,7 @@ impl Config {
             csi,
             client,
             provisioning,
+            metadata,
             leader_election,
             http,
             capacity,
@@ -119,6 +124,7 @@ impl Config {
         if provisioning.admission_intent && node_deployment.is_some() {
             return Err(ConfigError::AdmissionIntentOnNodes);
         }
+        let metadata = metadata::validate(metadata)?;
         // A zero --timeout ranks with the provisioning checks, an address
         // that is not a unix socket after every other check.
         let csi = csi::validate(csi);
@@ -134,6 +140,7 @@ impl Config {
             timeout,
             client,
             provisioning,
+            metadata,
             leader_election,
             http,
             capacity,

@@ -1,6 +1,7 @@
 //! The syntax of flag values that are not plain numbers, strings or Go
 //! durations (those are `crate::duration`'s): Go's booleans, label lists,
-//! `--vmodule` lists and Kubernetes byte quantities.
+//! lists of label or annotation keys, `--vmodule` lists and Kubernetes byte
+//! quantities.
 
 /// Go's `strconv.ParseBool`.
 pub(super) fn parse_go_bool(s: &str) -> Result<bool, String> {
@@ -27,6 +28,66 @@ pub(super) fn parse_labels(s: &str) -> Result<Labels, String> {
         })
         .collect::<Result<_, _>>()
         .map(Labels)
+}
+
+/// One value of a list-of-keys flag (`--copy-pvc-labels` and friends).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Keys(pub Vec<String>);
+
+/// `key1,key2`: label or annotation keys, each a Kubernetes qualified name
+/// (`[prefix/]name`), as pflag's string slice takes them; an empty value is
+/// an empty list.
+pub(super) fn parse_keys(s: &str) -> Result<Keys, String> {
+    if s.is_empty() {
+        return Ok(Keys(Vec::new()));
+    }
+    s.split(',')
+        .map(|key| {
+            qualified_name(key)
+                .map(|()| key.to_string())
+                .map_err(|why| format!("{key:?} is not a label or annotation key: {why}"))
+        })
+        .collect::<Result<_, _>>()
+        .map(Keys)
+}
+
+/// apimachinery's `IsQualifiedName`: an optional DNS-subdomain prefix and
+/// `/`, then a name of 1 to 63 alphanumerics, `-`, `_` or `.`, starting and
+/// ending with an alphanumeric.
+fn qualified_name(key: &str) -> Result<(), String> {
+    let (prefix, name) = match key.split('/').collect::<Vec<_>>()[..] {
+        [name] => (None, name),
+        [prefix, name] => (Some(prefix), name),
+        _ => return Err("more than one '/'".into()),
+    };
+    if let Some(prefix) = prefix {
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        if prefix.len() > 253 || !prefix.split('.').all(label_ok) {
+            return Err(
+                "the prefix must be a DNS subdomain (lower-case alphanumerics, '-' and '.')".into(),
+            );
+        }
+    }
+    let edge = |b: Option<&u8>| b.is_some_and(u8::is_ascii_alphanumeric);
+    let bytes = name.as_bytes();
+    if name.is_empty() || name.len() > 63 {
+        return Err("the name must be 1 to 63 characters".into());
+    }
+    if !edge(bytes.first())
+        || !edge(bytes.last())
+        || !bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        return Err("the name must be alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric".into());
+    }
+    Ok(())
 }
 
 /// One `--vmodule` value.

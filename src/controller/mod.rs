@@ -19,9 +19,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
 use kube::Client;
+use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::Store;
 
 use crate::csi::CsiClient;
@@ -77,6 +78,18 @@ pub struct Caches {
     pub claims: Store<Claim>,
     /// How far the claim cache has caught up with the API server.
     pub claims_progress: Progress,
+    /// VolumeAttachments, for a driver with `PUBLISH_UNPUBLISH_VOLUME` only:
+    /// a PV one of them still names is not deleted yet (upstream's `vaLister`).
+    pub attachments: Option<Attachments>,
+    /// Namespaces, metadata only and trimmed to the listed keys, when a
+    /// request carries namespace metadata (`--extra-create-metadata-namespace-*`).
+    pub namespaces: Option<Store<PartialObjectMeta<Namespace>>>,
+}
+
+/// The VolumeAttachment cache and whether its first list is in.
+pub struct Attachments {
+    pub store: Store<VolumeAttachment>,
+    pub listed: Listed,
 }
 
 /// What the volume path remembers, per PV UID.

@@ -7,9 +7,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use tonic::Status;
 use tracing::{debug, info, warn};
@@ -39,7 +41,21 @@ pub enum VolumeError {
     /// source that does not translate): nothing is touched, retried later.
     #[error("{0}")]
     Invalid(String),
+    /// A VolumeAttachment still holds the volume: the deletion waits for the
+    /// detach, which is not a failure (upstream: `canDeleteVolume`, shown as
+    /// lib v13.1 shows a `VolumeInUseError`).
+    #[error("persistentvolume {pv} is still attached to node {node}")]
+    Attached { pv: String, node: String },
+    /// Whether the volume is attached cannot be told yet (the cache cannot
+    /// list VolumeAttachments: RBAC, an API outage): retried, nothing touched.
+    #[error("the VolumeAttachments have not been listed yet")]
+    AttachmentsNotListed,
 }
+
+/// How long a deletion waits for the VolumeAttachment cache's first list
+/// before it is retried later (a reconcile must not wait for ever: a graceful
+/// stop waits for it).
+const ATTACHMENTS_LIST_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What a PV needs from us, decided from the cached (or fresh) object.
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -145,9 +161,22 @@ pub async fn reconcile(pv: Arc<Pv>, ctx: Arc<Context>) -> Result<Action, VolumeE
 
 /// Every failure a reconcile returns lands here: a failed deletion is shown
 /// on the PV (a `VolumeFailedDelete` Warning, the failure metric) and the PV
-/// is requeued with its backoff, the failed work held back until then.
+/// is requeued with its backoff, the failed work held back until then. A
+/// deletion that waits for a detach is a Normal `VolumeDelete` note, retried
+/// with the same backoff, and no failure.
 pub fn error_policy(pv: Arc<Pv>, err: &VolumeError, ctx: Arc<Context>) -> Action {
     let uid = pv.uid().unwrap_or_default();
+    if let VolumeError::Attached { .. } = err {
+        ctx.recorder.record(
+            pv.as_ref(),
+            EventType::Normal,
+            "VolumeDelete",
+            &err.to_string(),
+        );
+        let delay = ctx.volumes.failed(&uid, Hold::Attempt);
+        info!(pv = %pv.name_any(), reason = %err, retry_in = ?delay, "deletion postponed");
+        return Action::requeue(delay);
+    }
     if let VolumeError::DeleteVolume(_) | VolumeError::Invalid(_) = err {
         if let VolumeError::DeleteVolume(_) = err {
             ctx.metrics
@@ -199,6 +228,13 @@ async fn delete(ctx: &Context, cached: &Pv) -> Result<(), VolumeError> {
         Some(Err(e)) => return Err(VolumeError::Invalid(e)),
         None => return Err(VolumeError::Invalid("invalid CSI PV".into())),
     };
+    // Before the PV is touched: a volume still attached is not deleted yet.
+    if let Some(node) = attached_to(ctx, &cached.name_any()).await? {
+        return Err(VolumeError::Attached {
+            pv: cached.name_any(),
+            node,
+        });
+    }
     let Some(pv) = confirm_delete(ctx, cached).await? else {
         debug!(pv = %cached.name_any(), "no longer to be deleted");
         return Ok(());
@@ -243,6 +279,27 @@ async fn delete(ctx: &Context, cached: &Pv) -> Result<(), VolumeError> {
     info!(pv = %pv.name_any(), volume = %handle, "deleted");
     ctx.capacity_changed();
     Ok(())
+}
+
+/// The node a VolumeAttachment still attaches the PV `name` to, if any,
+/// from the attachments cache once its first list is in (upstream:
+/// `canDeleteVolume`, which reads its VolumeAttachment informer). Without the
+/// cache (the driver does not publish volumes) nothing attaches them.
+async fn attached_to(ctx: &Context, name: &str) -> Result<Option<String>, VolumeError> {
+    let Some(attachments) = ctx.caches.attachments.as_ref() else {
+        return Ok(None);
+    };
+    tokio::time::timeout(ATTACHMENTS_LIST_WAIT, attachments.listed.wait())
+        .await
+        .map_err(|_| VolumeError::AttachmentsNotListed)?;
+    Ok(holder(&attachments.store, name))
+}
+
+/// The node of a cached VolumeAttachment that names the PV `name`.
+fn holder(store: &Store<VolumeAttachment>, name: &str) -> Option<String> {
+    store
+        .find(|va| va.spec.source.persistent_volume_name.as_deref() == Some(name))
+        .map(|va| va.spec.node_name.clone())
 }
 
 /// The PV as the API server has it, if it still says "delete" there and not
@@ -399,6 +456,48 @@ mod tests {
                 Some([(keys::ANN_PROVISIONED_BY.to_string(), who.to_string())].into());
             self
         }
+    }
+
+    fn attachment(name: &str, node: &str, pv: Option<&str>) -> VolumeAttachment {
+        use k8s_openapi::api::storage::v1::{VolumeAttachmentSource, VolumeAttachmentSpec};
+        VolumeAttachment {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            spec: VolumeAttachmentSpec {
+                attacher: "d".into(),
+                node_name: node.into(),
+                source: VolumeAttachmentSource {
+                    persistent_volume_name: pv.map(String::from),
+                    ..Default::default()
+                },
+            },
+            status: None,
+        }
+    }
+
+    #[test]
+    fn a_volume_attachment_naming_the_pv_holds_its_deletion() {
+        let (store, mut writer) = kube::runtime::reflector::store::<VolumeAttachment>();
+        for va in [
+            attachment("csi-1", "node-1", Some("pv-1")),
+            // An inline volume's attachment names no PV.
+            attachment("csi-2", "node-2", None),
+        ] {
+            writer.apply_watcher_event(&watcher::Event::Apply(va));
+        }
+        assert_eq!(holder(&store, "pv-1").as_deref(), Some("node-1"));
+        assert_eq!(holder(&store, "pv-2"), None);
+        // upstream's text, which lib v13.1 shows as the Normal event's message.
+        let err = VolumeError::Attached {
+            pv: "pv-1".into(),
+            node: "node-1".into(),
+        };
+        assert_eq!(
+            err.to_string(),
+            "persistentvolume pv-1 is still attached to node node-1"
+        );
     }
 
     #[test]

@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
-use kube::api::{Api, ListParams, VersionMatch, WatchEvent, WatchParams};
+use kube::api::{Api, ListParams, ObjectList, VersionMatch, WatchEvent, WatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
@@ -79,26 +80,77 @@ impl Progress {
     }
 }
 
+/// Where a watch lists and watches its objects: whole objects (an [`Api`]),
+/// or only their metadata ([`Metadata`]), which the API server then sends
+/// alone.
+pub trait Source: Send + Sync + 'static {
+    type Object: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static;
+
+    fn list(
+        &self,
+        params: &ListParams,
+    ) -> impl Future<Output = kube::Result<ObjectList<Self::Object>>> + Send;
+
+    fn watch(
+        &self,
+        params: &WatchParams,
+        version: &str,
+    ) -> impl Future<Output = kube::Result<Events<Self::Object>>> + Send;
+}
+
+impl<K> Source for Api<K>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    type Object = K;
+
+    async fn list(&self, params: &ListParams) -> kube::Result<ObjectList<K>> {
+        Api::list(self, params).await
+    }
+
+    async fn watch(&self, params: &WatchParams, version: &str) -> kube::Result<Events<K>> {
+        Ok(Api::watch(self, params, version).await?.boxed())
+    }
+}
+
+/// The objects of an [`Api`] as their metadata alone (`PartialObjectMeta`).
+pub struct Metadata<K>(pub Api<K>);
+
+impl<K> Source for Metadata<K>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    type Object = PartialObjectMeta<K>;
+
+    async fn list(&self, params: &ListParams) -> kube::Result<ObjectList<Self::Object>> {
+        self.0.list_metadata(params).await
+    }
+
+    async fn watch(
+        &self,
+        params: &WatchParams,
+        version: &str,
+    ) -> kube::Result<Events<Self::Object>> {
+        Ok(self.0.watch_metadata(params, version).await?.boxed())
+    }
+}
+
 /// A cache kept by a watch: every object that passes `keep` (trimmed by
 /// `trim`) in `writer`'s store, an object that stops passing removed, and the
 /// events the store took, for the controller, after it took them.
-pub fn cache<K>(
-    api: Api<K>,
-    mut writer: Writer<K>,
-    trim: fn(&mut K),
-    keep: fn(&K) -> bool,
+pub fn cache<S, T>(
+    source: S,
+    mut writer: Writer<S::Object>,
+    trim: T,
+    keep: fn(&S::Object) -> bool,
     progress: Progress,
-) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
+) -> impl Stream<Item = Result<watcher::Event<S::Object>, watcher::Error>> + Send + 'static
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    S: Source,
+    S::Object: Resource<DynamicType = ()> + Sync,
+    T: Fn(&mut S::Object) + Send + 'static,
 {
-    stream(api).default_backoff().filter_map(move |seen| {
+    stream(source).default_backoff().filter_map(move |seen| {
         let out = match seen {
             Err(e) => Some(Err(e)),
             Ok(Seen::Reached(version)) => {
@@ -106,7 +158,7 @@ where
                 None
             }
             Ok(Seen::Event(event, version)) => {
-                let event = kept(event.modify(trim), keep);
+                let event = kept(event.modify(&trim), keep);
                 if let Some(event) = &event {
                     writer.apply_watcher_event(event);
                 }
@@ -140,7 +192,8 @@ pub enum Seen<K> {
     Reached(String),
 }
 
-type Events<K> = BoxStream<'static, kube::Result<WatchEvent<K>>>;
+/// A watch's events, as the API server sends them.
+pub type Events<K> = BoxStream<'static, kube::Result<WatchEvent<K>>>;
 
 enum State<K> {
     /// A (re)list is due: streamed if the server allows it, else paged.
@@ -158,23 +211,22 @@ enum State<K> {
     Watching(Events<K>),
 }
 
-struct Watch<K: Clone + DeserializeOwned + std::fmt::Debug + 'static> {
-    api: Api<K>,
-    state: State<K>,
+struct Watch<S: Source> {
+    source: S,
+    state: State<S::Object>,
     /// The last resourceVersion the watch reached; `None` before any list.
     version: Option<String>,
     /// The server streams lists (until it refuses one).
     streams: bool,
 }
 
-/// The watch of every object of `api`'s kind, as [`Seen`] items; errors are
+/// The watch of every object of `source`, as [`Seen`] items; errors are
 /// returned for a backoff to space the retries (the state carries on).
-pub fn stream<K>(api: Api<K>) -> impl Stream<Item = Result<Seen<K>, watcher::Error>> + Send
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
-{
+pub fn stream<S: Source>(
+    source: S,
+) -> impl Stream<Item = Result<Seen<S::Object>, watcher::Error>> + Send {
     let watch = Watch {
-        api,
+        source,
         state: State::List,
         version: None,
         streams: true,
@@ -188,12 +240,9 @@ where
     })
 }
 
-impl<K> Watch<K>
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
-{
+impl<S: Source> Watch<S> {
     /// One step; `None`: nothing to give out yet, step again.
-    async fn step(&mut self) -> Option<Result<Seen<K>, watcher::Error>> {
+    async fn step(&mut self) -> Option<Result<Seen<S::Object>, watcher::Error>> {
         match std::mem::replace(&mut self.state, State::List) {
             State::List if self.streams => self.start_streaming().await,
             State::List => {
@@ -216,7 +265,7 @@ where
     }
 
     /// A streamed list, not older than what was seen (or a consistent one).
-    async fn start_streaming(&mut self) -> Option<Result<Seen<K>, watcher::Error>> {
+    async fn start_streaming(&mut self) -> Option<Result<Seen<S::Object>, watcher::Error>> {
         let params = WatchParams {
             bookmarks: true,
             send_initial_events: true,
@@ -224,9 +273,9 @@ where
             ..Default::default()
         };
         let from = self.version.clone().unwrap_or_default();
-        match self.api.watch(&params, &from).await {
+        match self.source.watch(&params, &from).await {
             Ok(events) => {
-                self.state = State::Streaming(events.boxed());
+                self.state = State::Streaming(events);
                 Some(Ok(Seen::Event(watcher::Event::Init, None)))
             }
             Err(e) if refuses_streaming(&e) => {
@@ -238,7 +287,10 @@ where
         }
     }
 
-    async fn streamed(&mut self, mut events: Events<K>) -> Option<Result<Seen<K>, watcher::Error>> {
+    async fn streamed(
+        &mut self,
+        mut events: Events<S::Object>,
+    ) -> Option<Result<Seen<S::Object>, watcher::Error>> {
         match events.next().await {
             Some(Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj))) => {
                 self.state = State::Streaming(events);
@@ -270,10 +322,10 @@ where
 
     async fn page(
         &mut self,
-        mut items: VecDeque<K>,
+        mut items: VecDeque<S::Object>,
         next: Option<String>,
         version: Option<String>,
-    ) -> Option<Result<Seen<K>, watcher::Error>> {
+    ) -> Option<Result<Seen<S::Object>, watcher::Error>> {
         if let Some(obj) = items.pop_front() {
             self.state = State::Paging {
                 items,
@@ -291,7 +343,7 @@ where
             )));
         }
         let params = list_params(self.version.as_deref(), next);
-        match self.api.list(&params).await {
+        match self.source.list(&params).await {
             Ok(list) => {
                 let next = list.metadata.continue_.filter(|c| !c.is_empty());
                 let version = list.metadata.resource_version.filter(|v| !v.is_empty());
@@ -309,16 +361,16 @@ where
         }
     }
 
-    async fn resume(&mut self) -> Option<Result<Seen<K>, watcher::Error>> {
+    async fn resume(&mut self) -> Option<Result<Seen<S::Object>, watcher::Error>> {
         let params = WatchParams {
             bookmarks: true,
             timeout: Some(WATCH_TIMEOUT_SECS),
             ..Default::default()
         };
         let from = self.version.clone().unwrap_or_default();
-        match self.api.watch(&params, &from).await {
+        match self.source.watch(&params, &from).await {
             Ok(events) => {
-                self.state = State::Watching(events.boxed());
+                self.state = State::Watching(events);
                 None
             }
             Err(e) => {
@@ -328,7 +380,10 @@ where
         }
     }
 
-    async fn watched(&mut self, mut events: Events<K>) -> Option<Result<Seen<K>, watcher::Error>> {
+    async fn watched(
+        &mut self,
+        mut events: Events<S::Object>,
+    ) -> Option<Result<Seen<S::Object>, watcher::Error>> {
         let item = events.next().await;
         self.state = State::Watching(events);
         let (event, version) = match item {
@@ -406,6 +461,8 @@ mod tests {
     struct Server {
         replies: VecDeque<(u16, String)>,
         seen: Vec<String>,
+        /// The `Accept` header of each request.
+        accepts: Vec<String>,
     }
 
     fn client(server: Arc<Mutex<Server>>) -> kube::Client {
@@ -414,10 +471,17 @@ mod tests {
             async move {
                 let _ = req.body();
                 let uri = req.uri().to_string();
+                let accept = req
+                    .headers()
+                    .get("accept")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string();
                 let _ = req.into_body().collect().await?;
                 let (code, body) = {
                     let mut s = server.lock().unwrap();
                     s.seen.push(uri);
+                    s.accepts.push(accept);
                     s.replies
                         .pop_front()
                         .unwrap_or((500, status(500, "no more replies")))
@@ -570,6 +634,54 @@ mod tests {
         assert!(
             seen[1].contains("sendInitialEvents=true") && seen[1].contains("resourceVersion=30"),
             "{seen:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_metadata_source_asks_for_metadata_alone_and_is_trimmed_by_any_function() {
+        let meta = |name: &str, rv: &str| {
+            json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                   "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv,
+                                "labels": {"keep": "1", "drop": "2"}}})
+        };
+        let server = Arc::new(Mutex::new(Server {
+            replies: vec![(
+                200,
+                events(&[("ADDED", meta("a", "5")), ("BOOKMARK", bookmark("6", true))]),
+            )]
+            .into(),
+            ..Default::default()
+        }));
+        let api: Api<ConfigMap> = Api::all(client(server.clone()));
+        let (store, writer) = reflector::store();
+        let kept = String::from("keep");
+        let trim = move |m: &mut PartialObjectMeta<ConfigMap>| {
+            if let Some(labels) = m.metadata.labels.as_mut() {
+                labels.retain(|k, _| *k == kept);
+            }
+        };
+        let events: Vec<_> = cache(Metadata(api), writer, trim, |_| true, Progress::default())
+            .filter_map(|e| futures::future::ready(e.ok()))
+            .take(3)
+            .collect()
+            .await;
+        assert_eq!(events.len(), 3, "Init, InitApply a, InitDone");
+        let held = store.state();
+        assert_eq!(held.len(), 1);
+        assert_eq!(
+            held[0]
+                .metadata
+                .labels
+                .as_ref()
+                .unwrap()
+                .keys()
+                .collect::<Vec<_>>(),
+            ["keep"]
+        );
+        let accepts = server.lock().unwrap().accepts.clone();
+        assert!(
+            accepts[0].contains("as=PartialObjectMetadata"),
+            "the server is asked for metadata alone: {accepts:?}"
         );
     }
 

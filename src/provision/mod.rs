@@ -5,6 +5,7 @@
 mod claim;
 pub mod clone;
 pub mod grant;
+mod metadata;
 pub mod migration;
 mod naming;
 mod pv;
@@ -19,6 +20,7 @@ pub use pv::build_pv;
 pub use request::{Gathered, Plan, plan};
 pub use secrets::{SecretKind, SecretRef};
 
+use crate::config::MetadataConfig;
 use crate::csi::DriverCapabilities;
 use crate::keys;
 // Sizes are read and written with the crate's one quantity parser (a bottom-layer module);
@@ -51,6 +53,8 @@ pub struct ProvisionOptions {
     /// default): a `dataSourceRef` may name another namespace, where a
     /// ReferenceGrant must allow it.
     pub cross_namespace_data_source: bool,
+    /// Which claim (and namespace) labels and annotations are passed on.
+    pub metadata: MetadataConfig,
 }
 
 impl Default for ProvisionOptions {
@@ -67,6 +71,7 @@ impl Default for ProvisionOptions {
             volume_attributes_class: true,
             prevent_volume_mode_conversion: true,
             cross_namespace_data_source: false,
+            metadata: MetadataConfig::default(),
         }
     }
 }
@@ -197,6 +202,21 @@ pub enum ProvisionError {
         driver: String,
         ours: String,
     },
+    /// A listed label or annotation whose value no driver can be expected to
+    /// take (`--extra-create-metadata-*`); the value itself is not shown.
+    #[error("cannot pass {from} {key:?} to the driver as parameter {parameter:?}: {reason}")]
+    MetadataValue {
+        /// `claim label`, `namespace annotation`, …
+        from: &'static str,
+        key: String,
+        parameter: String,
+        reason: String,
+    },
+    #[error(
+        "the parameters with the claim's and its namespace's metadata would be {bytes} bytes, more than the {} bytes CSI allows a map",
+        keys::CSI_MAX_MAP_BYTES
+    )]
+    MetadataTooLarge { bytes: usize },
     #[error("CreateVolume returned no volume or an empty volume id")]
     EmptyVolumeId,
     #[error("created volume capacity {got} less than requested capacity {want}")]

@@ -39,6 +39,7 @@ pub fn build_pv(
     Ok(PersistentVolume {
         metadata: ObjectMeta {
             name: Some(plan.pv_name.clone()),
+            labels: copied_labels(claim, &opts.metadata.copy_pvc_labels),
             annotations: Some(annotations(plan, class)),
             finalizers: Some(vec![keys::FINALIZER_PV.to_string()]),
             ..Default::default()
@@ -106,6 +107,21 @@ fn checked_capacity(plan: &Plan, volume: &pb::Volume) -> Result<i64, ProvisionEr
         return Err(ProvisionError::ContentSourceMissing);
     }
     Ok(bytes)
+}
+
+/// The claim's labels whose keys are listed (`--copy-pvc-labels`), for its
+/// PV; none when none is listed or the claim has none of them.
+fn copied_labels(
+    claim: &PersistentVolumeClaim,
+    keys: &[String],
+) -> Option<BTreeMap<String, String>> {
+    let labels = claim.metadata.labels.as_ref()?;
+    let copied: BTreeMap<String, String> = keys
+        .iter()
+        .filter_map(|k| labels.get_key_value(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    (!copied.is_empty()).then_some(copied)
 }
 
 /// Who provisioned the PV, and the secrets deletion and modification need.
@@ -283,6 +299,36 @@ mod tests {
             .node_selector_terms;
         assert_eq!(terms.len(), 1);
         assert_eq!(terms[0].match_expressions.as_ref().unwrap()[0].key, "zone");
+    }
+
+    #[test]
+    fn only_listed_claim_labels_are_copied_onto_the_pv() {
+        let mut c = claim();
+        c.metadata.labels = Some(
+            [("team", "a"), ("cost-center", "42"), ("app", "db")]
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .into(),
+        );
+        let sc = class(&[]);
+        let p = plan(&c, &sc, &driver(), &Default::default()).unwrap();
+        let with = |keys: &[&str]| {
+            let mut opts = ProvisionOptions::default();
+            opts.metadata.copy_pvc_labels = keys.iter().map(|k| k.to_string()).collect();
+            build_pv(&p, &c, &sc, &response("vol-1", 1 << 30), &driver(), &opts)
+                .unwrap()
+                .metadata
+                .labels
+        };
+        assert_eq!(with(&[]), None, "nothing by default");
+        assert_eq!(with(&["missing"]), None);
+        assert_eq!(
+            with(&["cost-center", "team", "missing"]),
+            Some(
+                [("cost-center", "42"), ("team", "a")]
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .into()
+            )
+        );
     }
 
     #[test]

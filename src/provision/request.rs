@@ -6,10 +6,14 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
 use super::clone::CloneSource;
+use super::metadata;
 use super::secrets::{self, SecretKind, SecretRef, TemplateInputs};
 use super::snapshot::SnapshotSource;
 use super::{ClaimView, DriverInfo, ProvisionError, ProvisionOptions, quantity, volume_name};
+use crate::config::MetadataConfig;
 use crate::csi::pb;
 use crate::keys;
 use crate::names::{AccessMode, VolumeMode};
@@ -45,11 +49,28 @@ pub struct Gathered {
     pub mutable_parameters: std::collections::HashMap<String, String>,
     pub accessibility_requirements: Option<pb::TopologyRequirement>,
     pub secrets: std::collections::HashMap<String, String>,
+    /// The claim's and its namespace's metadata as parameters
+    /// ([`Plan::metadata_parameters`]).
+    pub metadata_parameters: BTreeMap<String, String>,
 }
 
 impl Plan {
     pub fn provisioner_secret(&self) -> Option<&SecretRef> {
         self.secret_refs.get(&SecretKind::Provisioner)
+    }
+
+    /// The parameters the listed labels and annotations of the claim and of
+    /// its namespace (`None` when none of its keys is listed) add to the
+    /// request, each value checked, and the whole parameters with them.
+    pub fn metadata_parameters(
+        &self,
+        claim: &PersistentVolumeClaim,
+        namespace: Option<&ObjectMeta>,
+        keys: &MetadataConfig,
+    ) -> Result<BTreeMap<String, String>, ProvisionError> {
+        let added = metadata::parameters(&claim.metadata, namespace, keys)?;
+        metadata::check_total(&self.base.parameters, &added)?;
+        Ok(added)
     }
 
     /// The `CreateVolume` request, complete: the plan and what was gathered.
@@ -59,13 +80,16 @@ impl Plan {
             mutable_parameters,
             accessibility_requirements,
             secrets,
+            metadata_parameters,
         } = gathered;
+        let mut base = self.base.clone();
+        base.parameters.extend(metadata_parameters);
         pb::CreateVolumeRequest {
             volume_content_source: content_source,
             mutable_parameters,
             accessibility_requirements,
             secrets,
-            ..self.base.clone()
+            ..base
         }
     }
 }
@@ -569,6 +593,42 @@ pub(crate) mod tests {
             p.request(Gathered::default()).parameters["fsType"],
             "xfs",
             "legacy key is passed through"
+        );
+    }
+
+    #[test]
+    fn listed_metadata_joins_the_class_parameters_without_extra_create_metadata() {
+        let mut c = claim();
+        c.metadata.labels = Some([("team".to_string(), "a".to_string())].into());
+        let namespace = ObjectMeta {
+            annotations: Some([("example.com/account".to_string(), "acct-1".to_string())].into()),
+            ..Default::default()
+        };
+        let mut opts = ProvisionOptions::default();
+        opts.metadata.pvc_labels = vec!["team".into()];
+        opts.metadata.namespace_annotations = vec!["example.com/account".into()];
+        let p = plan(&c, &class(&[("type", "ssd")]), &driver(), &opts).unwrap();
+        let metadata_parameters = p
+            .metadata_parameters(&c, Some(&namespace), &opts.metadata)
+            .unwrap();
+        let request = p.request(Gathered {
+            metadata_parameters,
+            ..Default::default()
+        });
+        let mut keys: Vec<&str> = request.parameters.keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                "csi.storage.k8s.io/namespace/annotations/example.com/account",
+                "csi.storage.k8s.io/pvc/labels/team",
+                "type"
+            ],
+            "independent of --extra-create-metadata, as upstream PR #1531"
+        );
+        assert!(
+            p.request(Gathered::default()).parameters.len() == 1,
+            "the plan alone carries the class's parameters only"
         );
     }
 

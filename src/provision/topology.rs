@@ -50,6 +50,51 @@ pub fn needs_cluster_topology(
     !(uses_node_only || has_allowed) && (has_selected || immediate)
 }
 
+/// The distinct topology key sets the driver registered on the cluster's
+/// nodes (each CSINode's keys for the driver), each sorted, in sorted order,
+/// whatever order the CSINodes were listed in. Nodes need not register the
+/// same keys: part of a cluster may register a finer granularity (region on
+/// some nodes, region and zone on others; upstream #1589).
+pub fn registered_key_sets<I>(per_node: I) -> Vec<Vec<String>>
+where
+    I: IntoIterator<Item = Vec<String>>,
+{
+    let sets: std::collections::BTreeSet<Vec<String>> = per_node
+        .into_iter()
+        .filter(|keys| !keys.is_empty())
+        .map(|mut keys| {
+            keys.sort();
+            keys.dedup();
+            keys
+        })
+        .collect();
+    sets.into_iter().collect()
+}
+
+/// The cluster's topology for one key set: one term per node that carries
+/// every key of the set (its values for those keys), sorted and without
+/// repeats, so that neither the order nodes are listed in nor their number
+/// per term changes it.
+pub fn terms_for_keys<'a, I>(keys: &[String], node_labels: I) -> Vec<Segments>
+where
+    I: IntoIterator<Item = &'a BTreeMap<String, String>>,
+{
+    if keys.is_empty() {
+        return Vec::new();
+    }
+    let terms: std::collections::BTreeSet<Segments> = node_labels
+        .into_iter()
+        .filter_map(|labels| {
+            keys.iter()
+                .map(|k| labels.get(k).map(|v| (k.clone(), v.clone())))
+                .collect::<Option<Segments>>()
+        })
+        .collect();
+    let mut terms: Vec<Segments> = terms.into_iter().collect();
+    terms.sort_by(compare_terms);
+    terms
+}
+
 /// The segments of the selected node for its driver's topology keys.
 pub fn selected_segments(node: &SelectedNode) -> Result<Segments, ProvisionError> {
     if node.keys.is_empty() {
@@ -377,6 +422,107 @@ mod tests {
             3,
             "consecutive StatefulSet ordinals spread over every zone"
         );
+    }
+
+    /// Every order of `items` (Heap's algorithm).
+    fn permutations<T: Clone>(items: &[T]) -> Vec<Vec<T>> {
+        fn heap<T: Clone>(k: usize, items: &mut Vec<T>, out: &mut Vec<Vec<T>>) {
+            if k <= 1 {
+                out.push(items.clone());
+                return;
+            }
+            for i in 0..k {
+                heap(k - 1, items, out);
+                let j = if k.is_multiple_of(2) { i } else { 0 };
+                items.swap(j, k - 1);
+            }
+        }
+        let mut out = Vec::new();
+        heap(items.len(), &mut items.to_vec(), &mut out);
+        out
+    }
+
+    /// A cluster whose nodes register different key sets for the driver
+    /// (upstream #1589): (CSINode keys, Node labels) per node.
+    fn mixed_cluster() -> Vec<(Vec<String>, Segments)> {
+        let keys = |k: &[&str]| k.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        vec![
+            (keys(&["region"]), seg(&[("region", "r1")])),
+            (
+                keys(&["zone", "region"]),
+                seg(&[("region", "r1"), ("zone", "a")]),
+            ),
+            (
+                keys(&["region", "zone"]),
+                seg(&[("region", "r2"), ("zone", "b")]),
+            ),
+            (keys(&[]), seg(&[("region", "r3")])),
+            (keys(&["region"]), seg(&[("region", "r4"), ("zone", "c")])),
+        ]
+    }
+
+    /// What the claim path computes for an Immediate claim from the nodes
+    /// in the order given.
+    fn immediate_requirements(
+        nodes: &[(Vec<String>, Segments)],
+        claim: &str,
+    ) -> pb::TopologyRequirement {
+        let sets = registered_key_sets(nodes.iter().map(|(k, _)| k.clone()));
+        let cluster: Vec<Segments> = sets
+            .iter()
+            .flat_map(|set| terms_for_keys(set, nodes.iter().map(|(_, l)| l)))
+            .collect();
+        let mut i = inputs(None, &[], &cluster);
+        i.claim_name = claim;
+        requirements(&i).unwrap().unwrap()
+    }
+
+    #[test]
+    fn key_sets_are_the_same_whatever_order_csinodes_come_in() {
+        for order in permutations(&mixed_cluster()) {
+            let sets = registered_key_sets(order.into_iter().map(|(k, _)| k));
+            assert_eq!(
+                sets,
+                vec![
+                    vec!["region".to_string()],
+                    vec!["region".to_string(), "zone".to_string()]
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn immediate_topology_is_the_same_whatever_order_nodes_come_in() {
+        let nodes = mixed_cluster();
+        for claim in ["data", "www-web-0", "www-web-1", "www-web-2"] {
+            let want = immediate_requirements(&nodes, claim);
+            for order in permutations(&nodes) {
+                assert_eq!(immediate_requirements(&order, claim), want, "{claim}");
+            }
+        }
+        let r = immediate_requirements(&nodes, "data");
+        // Every key set contributes: region-only nodes are not dropped for
+        // the finer ones, nor is the zone erased where nodes register it.
+        assert_eq!(
+            segs(&r.requisite),
+            vec![
+                seg(&[("region", "r1")]),
+                seg(&[("region", "r2")]),
+                seg(&[("region", "r3")]),
+                seg(&[("region", "r4")]),
+                seg(&[("region", "r1"), ("zone", "a")]),
+                seg(&[("region", "r2"), ("zone", "b")]),
+                seg(&[("region", "r4"), ("zone", "c")]),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_key_set_no_node_fully_carries_gives_no_terms() {
+        let keys = vec!["region".to_string(), "zone".to_string()];
+        let labels = [seg(&[("region", "r1")]), seg(&[("zone", "a")])];
+        assert!(terms_for_keys(&keys, labels.iter()).is_empty());
+        assert!(terms_for_keys(&[], labels.iter()).is_empty());
     }
 
     #[test]

@@ -9,11 +9,14 @@ use std::time::Duration;
 
 use futures::future::OptionFuture;
 use futures::{FutureExt, Stream, StreamExt};
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::Client;
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::{Controller, controller, reflector, watcher};
+use kube::{Api, Client};
 use prometheus_client::registry::Registry;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -24,14 +27,16 @@ use tracing::{info, warn};
 use super::FatalError;
 use super::clients::{Clients, serves_volume_snapshots};
 use super::driver::Driver;
-use super::watch::{Cached, cached_stream, drop_managed_fields};
-use crate::config::CapacityConfig;
+use super::watch::{Cached, cached_stream, drop_managed_fields, source_stream};
+use crate::config::{CapacityConfig, MetadataConfig};
 use crate::controller::claim::intent::IntentMode;
 use crate::controller::claim::{ClaimMemory, IntentReleaser};
-use crate::controller::{Caches, Context, VolumeMemory, capacity, claim, snapshot_sweep, volume};
+use crate::controller::{
+    Attachments, Caches, Context, VolumeMemory, capacity, claim, snapshot_sweep, volume,
+};
 use crate::kube::fresh::Freshness;
 use crate::kube::slim::{Claim, Pv};
-use crate::kube::watch::Progress;
+use crate::kube::watch::{Metadata, Progress};
 use crate::kube::{EventRecorder, LeaderGate, Listed};
 use crate::metrics::Metrics;
 use crate::provision::{DriverInfo, ProvisionOptions};
@@ -90,12 +95,18 @@ pub(super) async fn start(
     let (volumes, volume_writer) = reflector::store();
     let classes_listed = Listed::default();
     let class_watch = class_watch(&clients.work, class_writer, classes_listed.clone());
+    let (attachments, attachment_watch) =
+        attachment_cache(&clients.work, &driver.info, stop).unzip();
+    let (namespaces, namespace_watch) =
+        namespace_cache(&clients.work, &options.metadata, stop).unzip();
     let caches = Caches {
         classes,
         volumes,
         volumes_listed: Listed::default(),
         claims,
         claims_progress,
+        attachments,
+        namespaces,
     };
     let shared = Shared {
         options,
@@ -137,11 +148,16 @@ pub(super) async fn start(
     // too, and the other way round. Dropped (a lost Lease), they are aborted.
     let sweep = sweep(&ctx, tuning.snapshot_sweep, &clients.work, stop).await;
     let tracker = capacity.map(|c| own_task(c.run(ctx.clone(), stop.clone())));
-    let work = futures::future::join4(
+    let watches = futures::future::join(
+        OptionFuture::from(attachment_watch.map(own_task)),
+        OptionFuture::from(namespace_watch.map(own_task)),
+    );
+    let work = futures::future::join5(
         own_task(claims),
         own_task(volumes),
         sweep,
         OptionFuture::from(tracker),
+        watches,
     )
     .map(|_| ());
     Started { ctx, classes, work }
@@ -226,6 +242,96 @@ fn class_watch(
         |_| {},
     )
     .for_each(|_| async {})
+}
+
+/// VolumeAttachments, for a driver that publishes volumes (upstream watches
+/// them then, and only then): the volume path waits while one names a PV.
+/// Kept without managedFields and status; the watch ends with `stop`.
+fn attachment_cache(
+    client: &Client,
+    driver: &DriverInfo,
+    stop: &CancellationToken,
+) -> Option<(Attachments, impl Future<Output = ()> + Send + use<>)> {
+    if !driver.capabilities.publish_unpublish_volume {
+        return None;
+    }
+    info!("the driver publishes volumes: watching VolumeAttachments");
+    let (store, writer) = reflector::store();
+    let listed = Listed::default();
+    let stop = stop.clone();
+    let watch = cached_stream::<VolumeAttachment, _>(
+        client,
+        writer,
+        listed.clone(),
+        Progress::default(),
+        |va| {
+            drop_managed_fields(va);
+            va.status = None;
+        },
+        |_| true,
+        |_| {},
+    )
+    .take_until(async move { stop.cancelled().await })
+    .for_each(|_| async {});
+    Some((Attachments { store, listed }, watch))
+}
+
+/// Namespaces, when requests carry their labels or annotations
+/// (`--extra-create-metadata-namespace-*`): their metadata alone (the API
+/// server sends nothing else), kept with only the listed keys. The claim
+/// path reads a namespace the cache does not have yet; the watch ends with
+/// `stop`.
+fn namespace_cache(
+    client: &Client,
+    keys: &MetadataConfig,
+    stop: &CancellationToken,
+) -> Option<(
+    reflector::Store<PartialObjectMeta<Namespace>>,
+    impl Future<Output = ()> + Send + use<>,
+)> {
+    if !keys.needs_namespace() {
+        return None;
+    }
+    info!("requests carry namespace metadata: watching namespaces (metadata only)");
+    let (store, writer) = reflector::store();
+    let (labels, annotations) = (
+        keys.namespace_labels.clone(),
+        keys.namespace_annotations.clone(),
+    );
+    let trim = move |ns: &mut PartialObjectMeta<Namespace>| {
+        let meta = std::mem::take(&mut ns.metadata);
+        ns.metadata = ObjectMeta {
+            name: meta.name,
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+            labels: only(meta.labels, &labels),
+            annotations: only(meta.annotations, &annotations),
+            ..Default::default()
+        };
+    };
+    let stop = stop.clone();
+    let watch = source_stream(
+        Metadata(Api::<Namespace>::all(client.clone())),
+        writer,
+        Listed::default(),
+        Progress::default(),
+        trim,
+        |_| true,
+        |_| {},
+    )
+    .take_until(async move { stop.cancelled().await })
+    .for_each(|_| async {});
+    Some((store, watch))
+}
+
+/// The entries of `map` whose keys are listed.
+fn only(
+    map: Option<std::collections::BTreeMap<String, String>>,
+    keys: &[String],
+) -> Option<std::collections::BTreeMap<String, String>> {
+    let kept: std::collections::BTreeMap<_, _> =
+        map?.into_iter().filter(|(k, _)| keys.contains(k)).collect();
+    (!kept.is_empty()).then_some(kept)
 }
 
 /// Claims, in the claim cache: only those with work left, trimmed; a

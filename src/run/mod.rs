@@ -23,7 +23,7 @@ use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use tracing::error;
 
-use crate::config::{self, Config, Env, FeatureGates, ProvisioningConfig};
+use crate::config::{self, Config, Env, FeatureGates, MetadataConfig, ProvisioningConfig};
 use crate::entry::{self, Command, Signals};
 use crate::logging;
 use crate::metrics::Metrics;
@@ -113,6 +113,7 @@ pub async fn run(cfg: Config, stop: CancellationToken) -> Result<(), FatalError>
         timeout,
         client,
         provisioning,
+        metadata,
         leader_election,
         http,
         capacity,
@@ -139,7 +140,8 @@ pub async fn run(cfg: Config, stop: CancellationToken) -> Result<(), FatalError>
         None => None,
         Some(c) => Some(Capacity::prepare(c, &clients, &driver.info, &mut registry).await?),
     };
-    let (options, tuning) = provisioning_options(provisioning, feature_gates, &clients).await;
+    let (options, tuning) =
+        provisioning_options(provisioning, metadata, feature_gates, &clients).await;
 
     let host = hostname();
     let mut leadership = Leadership::new(
@@ -186,12 +188,13 @@ pub async fn run(cfg: Config, stop: CancellationToken) -> Result<(), FatalError>
     result
 }
 
-/// The provisioning flags and the feature gates, split between what shapes
-/// each request and PV and what paces the controllers. Without
+/// The provisioning and metadata flags and the feature gates, split between
+/// what shapes each request and PV and what paces the controllers. Without
 /// `--feature-gates=VolumeAttributesClass=...`, as upstream, the gate is on
 /// unless the API server does not serve the kind.
 async fn provisioning_options(
     provisioning: ProvisioningConfig,
+    metadata: MetadataConfig,
     gates: FeatureGates,
     clients: &Clients,
 ) -> (ProvisionOptions, Tuning) {
@@ -238,6 +241,7 @@ async fn provisioning_options(
         volume_attributes_class,
         prevent_volume_mode_conversion,
         cross_namespace_data_source: cross_namespace_volume_data_source,
+        metadata,
     };
     let tuning = Tuning {
         workers: worker_threads,

@@ -49,18 +49,39 @@ pub(super) fn cached_stream<K, O>(
     progress: Progress,
     trim: fn(&mut K),
     keep: fn(&K) -> bool,
-    mut observe: O,
+    observe: O,
 ) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + use<K, O>
 where
     K: Cached,
     O: FnMut(&watcher::Event<K>) + Send + 'static,
 {
+    let source = Api::<K>::all(client.clone());
+    source_stream(source, writer, listed, progress, trim, keep, observe)
+}
+
+/// [`cached_stream`] from any source, e.g. the metadata alone of a kind
+/// ([`watch::Metadata`]), trimmed by any function.
+pub(super) fn source_stream<S, T, O>(
+    source: S,
+    writer: reflector::store::Writer<S::Object>,
+    listed: Listed,
+    progress: Progress,
+    trim: T,
+    keep: fn(&S::Object) -> bool,
+    mut observe: O,
+) -> impl futures::Stream<Item = Result<S::Object, watcher::Error>> + Send + use<S, T, O>
+where
+    S: watch::Source,
+    S::Object: Cached,
+    T: Fn(&mut S::Object) + Send + 'static,
+    O: FnMut(&watcher::Event<S::Object>) + Send + 'static,
+{
     let reader = writer.as_reader();
-    let events = watch::cache(Api::<K>::all(client.clone()), writer, trim, keep, progress)
+    let events = watch::cache(source, writer, trim, keep, progress)
         .inspect_ok(move |event| observe(event))
         // The controllers drop these; an operator must see a watch that cannot
         // list or watch (RBAC, an API outage). The watch retries with backoff.
-        .inspect_err(|e| warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying"));
+        .inspect_err(|e| warn!(kind = %<S::Object as kube::Resource>::kind(&()), error = %e, "watch failed; retrying"));
     triggers(reader, listed, events)
 }
 

@@ -23,7 +23,7 @@ pub use names::unique_name;
 pub use namespace::TestNamespace;
 pub use process::{ChildProcess, driver_named, wait_for_socket, workspace_bin};
 pub use rbac::{PROVISIONER_USER, ShippedRbac, grant_lease_role, grant_provisioner_rbac};
-pub use rig::{DEADLINE, Rig, RigBuilder};
+pub use rig::{DEADLINE, Rig, RigBuilder, Sidecar};
 pub use snapshots::{Snapshotter, dynamic, snapshot_resource};
 pub use wait::{Observation, wait_for, wait_for_deleted};
 

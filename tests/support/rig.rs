@@ -29,6 +29,14 @@ use super::{
 /// deadline on a loaded 2-core machine, not a performance assertion).
 pub const DEADLINE: Duration = Duration::from_secs(90);
 
+/// Which sidecar a side-by-side test runs next to the rig's driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sidecar {
+    /// The upstream Go sidecar (v6.3.0) built by the test bed.
+    Upstream,
+    Ours,
+}
+
 pub struct RigBuilder {
     prefix: String,
     sidecar_args: Vec<String>,
@@ -79,6 +87,21 @@ impl RigBuilder {
     pub fn sidecar_binary(mut self, path: PathBuf) -> Self {
         self.sidecar_binary = Some(path);
         self
+    }
+
+    /// Starts the rig for `who`, without its sidecar ([`Rig::start_as`] starts it): upstream runs
+    /// as the cluster admin (the shipped RBAC is ours, not its), ours under the shipped RBAC.
+    pub async fn start_for(self, who: Sidecar) -> Rig {
+        let builder = self.without_sidecar();
+        match who {
+            Sidecar::Upstream => {
+                builder
+                    .kubeconfig(cluster().await.kubeconfig.clone())
+                    .start()
+                    .await
+            }
+            Sidecar::Ours => builder.start().await,
+        }
     }
 
     pub async fn start(self) -> Rig {
@@ -186,6 +209,23 @@ impl Rig {
                 .args(&self.args)
                 .envs(self.env.iter().cloned()),
         ));
+    }
+
+    /// Starts `who` with the rig's flags and `flags`: ours as the rig's sidecar, upstream as a
+    /// process returned to the caller, who keeps it for as long as it should run.
+    pub fn start_as(&mut self, who: Sidecar, flags: &[&str]) -> Option<ChildProcess> {
+        match who {
+            Sidecar::Ours => {
+                self.args.extend(flags.iter().map(|f| f.to_string()));
+                self.start_sidecar();
+                None
+            }
+            Sidecar::Upstream => Some(ChildProcess::spawn(
+                Command::new(super::testbed_bin("csi-provisioner-upstream"))
+                    .args(&self.args)
+                    .args(flags),
+            )),
+        }
     }
 
     /// SIGKILLs the sidecar (no cleanup, like a crash or OOM kill).
@@ -360,6 +400,12 @@ impl Rig {
     /// Creates a Node labelled `key=zone` and its CSINode listing the rig's
     /// driver with topology key `key` (there is no kubelet to do it).
     pub async fn node_in_zone(&self, key: &str, zone: &str) -> String {
+        self.node_with(&[key], &[(key, zone)]).await
+    }
+
+    /// Creates a Node with `labels` and its CSINode listing the rig's driver
+    /// with the topology keys `keys`, in that order.
+    pub async fn node_with(&self, keys: &[&str], labels: &[(&str, &str)]) -> String {
         use k8s_openapi::api::core::v1::Node;
         use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec};
         use kube::api::ObjectMeta;
@@ -367,7 +413,12 @@ impl Rig {
         let node = Node {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
-                labels: Some([(key.to_string(), zone.to_string())].into()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
                 ..Default::default()
             },
             ..Default::default()
@@ -385,7 +436,7 @@ impl Rig {
                 drivers: vec![CSINodeDriver {
                     name: self.driver_name.clone(),
                     node_id: name.clone(),
-                    topology_keys: Some(vec![key.to_string()]),
+                    topology_keys: Some(keys.iter().map(|k| k.to_string()).collect()),
                     ..Default::default()
                 }],
             },

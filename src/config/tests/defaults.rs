@@ -42,6 +42,14 @@ fn every_default_matches_upstream() {
                 prevent_volume_mode_conversion,
                 admission_intent,
             },
+        metadata:
+            MetadataArgs {
+                copy_pvc_labels,
+                extra_create_metadata_pvc_labels,
+                extra_create_metadata_pvc_annotations,
+                extra_create_metadata_namespace_labels,
+                extra_create_metadata_namespace_annotations,
+            },
         leader_election:
             LeaderElectionArgs {
                 leader_election,
@@ -121,6 +129,13 @@ fn every_default_matches_upstream() {
         "the sidecar writes the intent unless told otherwise"
     );
     assert!(feature_gates.is_empty());
+    // Ours (upstream has no such flag): nothing passed on by default.
+    assert!(copy_pvc_labels.is_empty());
+    // PR #1531's flags, and ours of the same shape: nothing sent to the driver by default.
+    assert!(extra_create_metadata_pvc_labels.is_empty());
+    assert!(extra_create_metadata_pvc_annotations.is_empty());
+    assert!(extra_create_metadata_namespace_labels.is_empty());
+    assert!(extra_create_metadata_namespace_annotations.is_empty());
     // 1.1.b
     assert!(!version);
     assert_eq!(kubeconfig, "");
@@ -177,6 +192,7 @@ fn default_flags_and_empty_environment_give_upstreams_config() {
             prevent_volume_mode_conversion: true,
             admission_intent: false,
         },
+        metadata: MetadataConfig::default(),
         leader_election: None,
         http: None,
         capacity: None,

@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 
 mod defaults;
 mod gates;
+mod metadata;
 mod syntax;
 mod validation;
 

@@ -56,6 +56,15 @@ pub enum ClaimError {
         #[source]
         source: kube::Error,
     },
+    /// The claim's namespace, whose listed metadata the request carries
+    /// (`--extra-create-metadata-namespace-*`), could not be read
+    /// (upstream PR #1531's text).
+    #[error("failed to get namespace {name:?} for create metadata: {}", api_message(.source))]
+    ReadNamespace {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
     /// The protection finalizer could not be put on the snapshot or claim.
     #[error("{}", api_message(.0))]
     ProtectSource(#[source] kube::Error),
@@ -142,6 +151,7 @@ impl ClaimError {
             | GetVolumeAttributesClass { .. }
             | DataSource { .. }
             | ReadGrants { .. }
+            | ReadNamespace { .. }
             | ProtectSource(_)
             | ReadTopology(_)
             | SelectedNodeGone { .. }
@@ -230,6 +240,7 @@ impl ClaimError {
             GetVolumeAttributesClass { .. } => "get_volume_attributes_class",
             DataSource { .. } => "data_source",
             ReadGrants { .. } => "read_grants",
+            ReadNamespace { .. } => "read_namespace",
             ProtectSource(_) => "protect_source",
             ReadTopology(_) => "read_topology",
             SelectedNodeGone { .. } => "selected_node_gone",
@@ -349,6 +360,15 @@ mod tests {
                 },
                 Some((Warning, "ProvisioningFailed")),
                 "error getting ReferenceGrants in b namespace from api server: referencegrants is forbidden",
+                false,
+            ),
+            (
+                ClaimError::ReadNamespace {
+                    name: "team-a".into(),
+                    source: api(404, "namespaces \"team-a\" not found"),
+                },
+                Some((Warning, "ProvisioningFailed")),
+                "failed to get namespace \"team-a\" for create metadata: namespaces \"team-a\" not found",
                 false,
             ),
             (

@@ -6,11 +6,13 @@
 //! check applies and any failure stops it. Best effort for the cleanup of a
 //! deleted claim: the same request as far as it can still be rebuilt.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttributesClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ListParams;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use tracing::debug;
 
@@ -78,11 +80,13 @@ pub async fn for_create(
             })?,
         None => HashMap::new(),
     };
+    let metadata_parameters = metadata_parameters(ctx, claim, &plan).await?;
     let request = plan.request(Gathered {
         content_source,
         mutable_parameters,
         accessibility_requirements,
         secrets,
+        metadata_parameters,
     });
     Ok(Ready {
         plan,
@@ -127,7 +131,42 @@ pub async fn for_cleanup(
         mutable_parameters,
         accessibility_requirements: topology(ctx, claim, class).await.ok().flatten(),
         secrets: backend::secret_data_or_none(ctx, plan.provisioner_secret()).await,
+        metadata_parameters: metadata_parameters(ctx, claim, plan)
+            .await
+            .unwrap_or_default(),
     })
+}
+
+/// The listed labels and annotations of the claim and of its namespace as
+/// parameters (`--extra-create-metadata-*`). The namespace comes from its
+/// cache (metadata only), or is read when the cache does not have it yet.
+async fn metadata_parameters(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+    plan: &Plan,
+) -> Result<BTreeMap<String, String>, ClaimError> {
+    let namespace = match &ctx.caches.namespaces {
+        Some(cache) => {
+            let name = ClaimView(claim).namespace();
+            match cache.get(&ObjectRef::new(name)) {
+                Some(ns) => Some(ns.metadata.clone()),
+                None => Some(read_namespace(ctx, name).await?),
+            }
+        }
+        None => None,
+    };
+    Ok(plan.metadata_parameters(claim, namespace.as_ref(), &ctx.options.metadata)?)
+}
+
+async fn read_namespace(ctx: &Context, name: &str) -> Result<ObjectMeta, ClaimError> {
+    Api::<Namespace>::all(ctx.client.clone())
+        .get_metadata(name)
+        .await
+        .map(|ns| ns.metadata)
+        .map_err(|source| ClaimError::ReadNamespace {
+            name: name.to_string(),
+            source,
+        })
 }
 
 /// A source in another namespace: a ReferenceGrant there must allow it
@@ -339,11 +378,11 @@ async fn topology(
         !allowed.is_empty(),
         opts.immediate_topology,
     ) {
-        let keys = match &selected {
-            Some(s) => s.keys.clone(),
-            None => any_driver_keys(ctx).await?,
+        let key_sets = match &selected {
+            Some(s) => vec![s.keys.clone()],
+            None => registered_key_sets(ctx).await?,
         };
-        nodes_with(ctx, &keys).await?
+        cluster_terms(ctx, &key_sets).await?
     } else {
         Vec::new()
     };
@@ -379,40 +418,50 @@ fn driver_keys(csinode: &CSINode, driver: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Topology keys of our driver from any node that has them (Immediate binding).
-async fn any_driver_keys(ctx: &Context) -> Result<Vec<String>, TopologyError> {
+/// Every distinct key set our driver registered on a node (Immediate
+/// binding), in sorted order: the same for the same cluster whatever order the
+/// CSINodes are listed in (upstream #1589 picked one node's keys at random).
+async fn registered_key_sets(ctx: &Context) -> Result<Vec<Vec<String>>, TopologyError> {
     let csinodes = Api::<CSINode>::all(ctx.client.clone())
         .list(&ListParams::default())
         .await?;
-    csinodes
-        .items
-        .iter()
-        .map(|c| driver_keys(c, &ctx.driver.name))
-        .find(|k| !k.is_empty())
-        .ok_or_else(|| ProvisionError::Topology("no available topology found".into()).into())
+    let sets = topo::registered_key_sets(
+        csinodes
+            .items
+            .iter()
+            .map(|c| driver_keys(c, &ctx.driver.name)),
+    );
+    if sets.is_empty() {
+        return Err(ProvisionError::Topology("no available topology found".into()).into());
+    }
+    Ok(sets)
 }
 
-/// One segment set per node carrying every key.
-async fn nodes_with(ctx: &Context, keys: &[String]) -> Result<Vec<Segments>, TopologyError> {
-    if keys.is_empty() {
-        return Ok(Vec::new());
+/// The cluster's terms for each key set: the nodes carrying every key of a set
+/// (listed by label, metadata only) each give their values for it.
+async fn cluster_terms(
+    ctx: &Context,
+    key_sets: &[Vec<String>],
+) -> Result<Vec<Segments>, TopologyError> {
+    let nodes = Api::<Node>::all(ctx.client.clone());
+    let mut terms = Vec::new();
+    for keys in key_sets.iter().filter(|k| !k.is_empty()) {
+        let lp = ListParams::default().labels(&keys.join(","));
+        let listed = nodes.list_metadata(&lp).await?;
+        terms.extend(topo::terms_for_keys(
+            keys,
+            listed.items.iter().map(|n| n.labels()),
+        ));
     }
-    let lp = ListParams::default().labels(&keys.join(","));
-    let nodes = Api::<Node>::all(ctx.client.clone()).list(&lp).await?;
-    let segments: Vec<Segments> = nodes
-        .items
-        .iter()
-        .filter_map(|n| {
-            keys.iter()
-                .map(|k| n.labels().get(k).map(|v| (k.clone(), v.clone())))
-                .collect()
-        })
-        .collect();
-    if segments.is_empty() {
+    if terms.is_empty() && key_sets.iter().any(|k| !k.is_empty()) {
+        let keys = match key_sets {
+            [one] => format!("{one:?}"),
+            many => format!("{many:?}"),
+        };
         return Err(ProvisionError::Topology(format!(
-            "topologyKeys {keys:?} were not found on any nodes"
+            "topologyKeys {keys} were not found on any nodes"
         ))
         .into());
     }
-    Ok(segments)
+    Ok(terms)
 }

@@ -204,6 +204,8 @@ impl Rig {
                 volumes_listed: Listed::done(),
                 claims,
                 claims_progress: Default::default(),
+                attachments: None,
+                namespaces: None,
             },
             claims: memory.clone(),
             intents: IntentReleaser::start(client, memory),

@@ -777,6 +777,8 @@ mod tests {
                 deleted: false,
                 secret_keys: Vec::new(),
                 content_source: None,
+                requisite: Vec::new(),
+                preferred: Vec::new(),
                 at_ms: 0,
             });
             self

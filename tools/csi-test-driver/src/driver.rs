@@ -324,6 +324,10 @@ impl Driver {
         record.content_source = content_source_of(req.volume_content_source.as_ref())
             .ok()
             .flatten();
+        if let Some(requirements) = &req.accessibility_requirements {
+            record.requisite = segments_of(&requirements.requisite);
+            record.preferred = segments_of(&requirements.preferred);
+        }
         let result = match outcome {
             Ok((volume, created)) => {
                 record.volume_id = Some(volume.volume_id.clone());
@@ -1141,6 +1145,14 @@ fn snapshot_message(snapshot: &SnapshotRecord) -> v1::Snapshot {
         ready_to_use: true,
         group_snapshot_id: String::new(),
     }
+}
+
+/// Each topology of a requirement as its segments, in the request's order.
+fn segments_of(topologies: &[v1::Topology]) -> Vec<BTreeMap<String, String>> {
+    topologies
+        .iter()
+        .map(|t| t.segments.clone().into_iter().collect())
+        .collect()
 }
 
 fn content_source_of(

@@ -129,6 +129,12 @@ pub struct OperationRecord {
     /// volume made from it is gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content_source: Option<ContentSource>,
+    /// `CreateVolume` only: the request's accessibility requirements, each
+    /// topology as its segments (empty when the request had none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requisite: Vec<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preferred: Vec<BTreeMap<String, String>>,
     /// Milliseconds since the Unix epoch.
     pub at_ms: u64,
 }
@@ -148,6 +154,8 @@ impl OperationRecord {
             deleted: false,
             secret_keys: Vec::new(),
             content_source: None,
+            requisite: Vec::new(),
+            preferred: Vec::new(),
             at_ms: now_ms(),
         }
     }
@@ -261,6 +269,8 @@ mod tests {
             content_source: Some(ContentSource::Snapshot {
                 snapshot_id: "snap-1".into(),
             }),
+            requisite: vec![[("zone".to_string(), "a".to_string())].into()],
+            preferred: Vec::new(),
             at_ms: 2,
         });
         ledger.next_volume_seq = 2;
