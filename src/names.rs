@@ -119,6 +119,8 @@ spelled! {
         ProvisioningCleanupFailed,
         /// The backend volume of a released PV could not be deleted.
         VolumeFailedDelete,
+        /// The deletion of a released PV's volume waits for a detach (lib v13.1's note).
+        VolumeDelete,
     }
 }
 
@@ -126,7 +128,9 @@ impl Reason {
     /// The type an event of this reason has: failures are warnings.
     pub fn event_type(self) -> EventType {
         match self {
-            Reason::Provisioning | Reason::ProvisioningSucceeded => EventType::Normal,
+            Reason::Provisioning | Reason::ProvisioningSucceeded | Reason::VolumeDelete => {
+                EventType::Normal
+            }
             Reason::ProvisioningFailed
             | Reason::ProvisioningCleanupFailed
             | Reason::VolumeFailedDelete => EventType::Warning,
@@ -182,6 +186,7 @@ mod tests {
                 Warning,
             ),
             (Reason::VolumeFailedDelete, "VolumeFailedDelete", Warning),
+            (Reason::VolumeDelete, "VolumeDelete", Normal),
         ];
         assert_eq!(rows.len(), Reason::ALL.len());
         for (reason, spelled, kind) in rows {

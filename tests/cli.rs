@@ -92,14 +92,6 @@ fn go_style_single_dash_flags_and_verbosity_are_accepted() {
 }
 
 #[test]
-fn a_feature_that_is_not_built_yet_stops_the_process() {
-    let out = run(&["--csi-address=/nonexistent.sock", "--enable-pprof"]);
-    assert!(!out.status.success(), "{}", stderr(&out));
-    assert_one_line(&out, "not supported yet");
-    assert!(stderr(&out).contains("--enable-pprof"), "{}", stderr(&out));
-}
-
-#[test]
 fn node_deployment_without_node_name_stops_the_process_with_one_reason() {
     let out = Command::new(workspace_bin("csi-provisioner"))
         .args(["--csi-address=/nonexistent.sock", "--node-deployment"])
@@ -412,13 +404,12 @@ fn help_says_what_the_program_is_then_groups_the_flags() {
 }
 
 #[test]
-fn help_says_which_flags_are_not_built_yet() {
+fn help_says_what_enable_pprof_serves() {
     let help = String::from_utf8_lossy(&run(&["--help"]).stdout).into_owned();
-    let flag = "--enable-pprof";
-    let at = help.find(&format!("{flag}[")).expect(flag);
-    let entry: String = help[at..].lines().take(5).collect::<Vec<_>>().join("\n");
-    assert!(entry.contains("not built yet"), "{flag}:\n{entry}");
-    let at = help.find("--node-deployment[").expect("--node-deployment");
-    let entry: String = help[at..].lines().take(5).collect::<Vec<_>>().join("\n");
-    assert!(!entry.contains("not built yet"), "built now:\n{entry}");
+    let at = help.find("--enable-pprof[").expect("--enable-pprof");
+    let entry: String = help[at..].lines().take(6).collect::<Vec<_>>().join("\n");
+    for needed in ["/debug/pprof/", "seconds=N", "501", "--http-endpoint"] {
+        assert!(entry.contains(needed), "{needed:?} missing:\n{entry}");
+    }
+    assert!(!help.contains("not built yet"), "{help}");
 }

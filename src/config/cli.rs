@@ -13,20 +13,6 @@ use super::{
     NodeDeploymentArgs, ProvisioningArgs,
 };
 
-/// Flags accepted for compatibility whose feature is not built yet. Turning
-/// one on is an error rather than silently running without the behaviour a
-/// manifest asked for. Delete a row when its feature lands.
-pub(super) const NOT_SUPPORTED_YET: &[NotSupported] = &[NotSupported {
-    flag: "--enable-pprof",
-    enabled: |a| a.http.enable_pprof,
-}];
-
-pub(super) struct NotSupported {
-    /// How the error names what was asked for.
-    pub(super) flag: &'static str,
-    pub(super) enabled: fn(&Args) -> bool,
-}
-
 /// Help headings, in the order `--help` shows them: flags grouped by what
 /// they configure, as upstream's README groups them.
 pub(super) mod heading {
@@ -139,8 +125,7 @@ pub struct Args {
 ///   starts with `-` (`--volume-name-uuid-length -1`), as pflag does.
 ///
 /// Help shows a default only where it says something, as Go's flag package
-/// does: not `false`, not an empty string. A flag whose feature is not built
-/// yet ([`NOT_SUPPORTED_YET`]) says so in its help.
+/// does: not `false`, not an empty string.
 pub fn command() -> clap::Command {
     Args::command().mut_args(|arg| {
         let arg = if matches!(arg.get_action(), ArgAction::SetTrue) {
@@ -165,28 +150,7 @@ pub fn command() -> clap::Command {
             .get_default_values()
             .iter()
             .all(|v| v.is_empty() || v == "false");
-        let arg = arg.hide_default_value(says_nothing);
-        if is_not_supported_yet(&arg) {
-            let note = "(not built yet: turning it on stops the program with an error)";
-            let help = arg.get_help().map(|h| format!("{h} {note}"));
-            let long_help = arg.get_long_help().map(|h| format!("{h} {note}"));
-            let arg = arg.help(help.unwrap_or_else(|| note.into()));
-            match long_help {
-                Some(h) => arg.long_help(h),
-                None => arg,
-            }
-        } else {
-            arg
-        }
-    })
-}
-
-/// Whether `arg` is a flag of [`NOT_SUPPORTED_YET`] (by its long name).
-fn is_not_supported_yet(arg: &clap::Arg) -> bool {
-    arg.get_long().is_some_and(|long| {
-        NOT_SUPPORTED_YET
-            .iter()
-            .any(|row| row.flag.strip_prefix("--") == Some(long))
+        arg.hide_default_value(says_nothing)
     })
 }
 

@@ -71,6 +71,4 @@ pub enum ConfigError {
     JsonDisabled,
     #[error("{0} needs --feature-gates=LoggingAlphaOptions=true")]
     NeedsLoggingAlphaOptions(&'static str),
-    #[error("{0} is not supported yet by this csi-provisioner")]
-    NotSupported(&'static str),
 }

@@ -22,7 +22,10 @@ pub struct HttpArgs {
     #[arg(long, default_value = "/metrics", value_name = "PATH")]
     pub metrics_path: String,
 
-    /// Serve Go's profiling endpoints under /debug/pprof/.
+    /// Serve profiles under /debug/pprof/ on the HTTP endpoint: the CPU
+    /// profile (/debug/pprof/profile?seconds=N, pprof protobuf for `go tool
+    /// pprof`) and the command line; Go-only profiles (goroutine, heap, …)
+    /// answer 501. Nothing is served without --http-endpoint.
     #[arg(long)]
     pub enable_pprof: bool,
 }

@@ -52,8 +52,6 @@ pub use node_deployment::{NodeDeploymentArgs, NodeDeploymentConfig};
 pub use provisioning::{ProvisioningArgs, ProvisioningConfig, volume_name_uuid_length_of};
 pub use values::{Keys, Labels, VModule, VModuleList, parse_byte_quantity};
 
-use cli::{NOT_SUPPORTED_YET, NotSupported};
-
 /// Everything the program needs from flags and environment, validated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -82,20 +80,9 @@ impl Config {
     ///
     /// `--version` is not looked at: the caller prints the version before
     /// calling this, so that it works whatever else is on the command line.
+    /// Each group is validated by its section, in the order the errors rank
+    /// (the first one found is the one reported).
     pub fn from_args(args: &Args, env: &Env) -> Result<Config, ConfigError> {
-        Config::validate(args, env, NOT_SUPPORTED_YET)
-    }
-
-    /// Each group by its section, in the order the errors rank (the first
-    /// one found is the one reported).
-    fn validate(
-        args: &Args,
-        env: &Env,
-        not_supported: &[NotSupported],
-    ) -> Result<Config, ConfigError> {
-        if let Some(row) = not_supported.iter().find(|row| (row.enabled)(args)) {
-            return Err(ConfigError::NotSupported(row.flag));
-        }
         // Destructured in full, and each group again by its section, so that
         // a new flag cannot be left unused.
         let Args {

@@ -167,12 +167,8 @@ pub async fn reconcile(pv: Arc<Pv>, ctx: Arc<Context>) -> Result<Action, VolumeE
 pub fn error_policy(pv: Arc<Pv>, err: &VolumeError, ctx: Arc<Context>) -> Action {
     let uid = pv.uid().unwrap_or_default();
     if let VolumeError::Attached { .. } = err {
-        ctx.recorder.record(
-            pv.as_ref(),
-            EventType::Normal,
-            "VolumeDelete",
-            &err.to_string(),
-        );
+        ctx.recorder
+            .record(pv.as_ref(), Reason::VolumeDelete, &err.to_string());
         let delay = ctx.volumes.failed(&uid, Hold::Attempt);
         info!(pv = %pv.name_any(), reason = %err, retry_in = ?delay, "deletion postponed");
         return Action::requeue(delay);

@@ -119,19 +119,9 @@ pub(super) async fn start(
     export_claim_gauges(&metrics, &ctx);
 
     let runner = Runner::new(tuning.workers, &metrics, stop);
-    let claims = runner.controller(
-        "claims",
-        claim_watch(&ctx, claim_writer),
-        claim::reconcile,
-        claim::error_policy,
-        ctx.clone(),
-    );
-    let volumes = runner.controller(
-        "volumes",
-        volume_watch(&ctx, volume_writer),
-        volume::reconcile,
-        volume::error_policy,
-        ctx.clone(),
+    let (claims, volumes) = (
+        claim_controller(&runner, &ctx, claim_writer),
+        volume_controller(&runner, &ctx, volume_writer),
     );
 
     // Classes must be known before claims are judged; wait for the first list.
@@ -161,6 +151,36 @@ pub(super) async fn start(
     )
     .map(|_| ());
     Started { ctx, classes, work }
+}
+
+/// The claim controller, fed by the claim watch.
+fn claim_controller(
+    runner: &Runner,
+    ctx: &Arc<Context>,
+    writer: reflector::store::Writer<Claim>,
+) -> impl Future<Output = ()> + Send + use<> {
+    runner.controller(
+        "claims",
+        claim_watch(ctx, writer),
+        claim::reconcile,
+        claim::error_policy,
+        ctx.clone(),
+    )
+}
+
+/// The volume controller, fed by the PV watch.
+fn volume_controller(
+    runner: &Runner,
+    ctx: &Arc<Context>,
+    writer: reflector::store::Writer<Pv>,
+) -> impl Future<Output = ()> + Send + use<> {
+    runner.controller(
+        "volumes",
+        volume_watch(ctx, writer),
+        volume::reconcile,
+        volume::error_policy,
+        ctx.clone(),
+    )
 }
 
 /// The claim gauges, read from the claim cache at scrape time.

@@ -1,6 +1,6 @@
 //! The sidecar's HTTP server (`--http-endpoint`, `--metrics-address`):
-//! the metrics at `--metrics-path` and, with leader election, the check of
-//! `/healthz/leader-election`.
+//! the metrics at `--metrics-path`, with leader election the check of
+//! `/healthz/leader-election`, with `--enable-pprof` the profiles.
 
 use std::sync::Arc;
 
@@ -26,8 +26,7 @@ pub(super) async fn serve(
         address,
         metrics_path,
         leader_election_health,
-        // Refused by validation: not built yet.
-        pprof: _,
+        pprof,
     }) = cfg
     else {
         return Ok(());
@@ -37,6 +36,7 @@ pub(super) async fn serve(
         metrics,
         metrics_path,
         leader: leadership.health().filter(|_| leader_election_health),
+        pprof,
     };
     let local = server
         .serve(&address, stop.clone())
@@ -46,5 +46,9 @@ pub(super) async fn serve(
             source,
         })?;
     info!(address = %local, "serving metrics");
+    if pprof {
+        // Upstream's line, with the address actually bound.
+        info!(endpoint = %local, "Starting profiling");
+    }
     Ok(())
 }

@@ -18,6 +18,8 @@ pub struct Reply {
     pub status: u16,
     pub content_type: String,
     pub body: String,
+    /// The body as sent (a profile is not text).
+    pub bytes: Vec<u8>,
 }
 
 /// One HTTP/1.0 GET (the server closes the connection after answering).
@@ -29,9 +31,14 @@ pub async fn get(address: &str, path: &str, accept: Option<&str>) -> std::io::Re
     stream
         .write_all(format!("GET {path} HTTP/1.0\r\nHost: {address}\r\n{accept}\r\n").as_bytes())
         .await?;
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).await?;
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await?;
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n");
+    let (head, bytes) = match split {
+        Some(at) => (&raw[..at], raw[at + 4..].to_vec()),
+        None => (&raw[..], Vec::new()),
+    };
+    let head = String::from_utf8_lossy(head);
     let status = head
         .split_whitespace()
         .nth(1)
@@ -48,7 +55,8 @@ pub async fn get(address: &str, path: &str, accept: Option<&str>) -> std::io::Re
     Ok(Reply {
         status,
         content_type,
-        body: body.to_string(),
+        body: String::from_utf8_lossy(&bytes).into_owned(),
+        bytes,
     })
 }
 

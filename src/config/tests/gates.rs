@@ -1,4 +1,4 @@
-//! Feature gates as component-base resolves them, and the flags of features not built yet.
+//! Feature gates as component-base resolves them, and the flags that turn features on.
 
 use super::*;
 
@@ -102,30 +102,24 @@ fn feature_gates_resolve_like_component_base() {
 }
 
 #[test]
-fn features_not_built_yet_are_rejected_when_turned_on() {
-    let full_env = env(&[("NODE_NAME", "n"), ("NAMESPACE", "ns"), ("POD_NAME", "p")]);
-    let cases: &[(&[&str], &str)] = &[
-        (&["--enable-pprof"], "--enable-pprof"),
-        (&["-enable-pprof=true"], "--enable-pprof"),
-    ];
-    for (args, flag) in cases {
-        // Rejected even when everything the feature needs is present,
-        // and before its own checks (here, NODE_NAME/NAMESPACE).
-        for e in [&full_env, &Env::default()] {
-            let err = config(args, e).unwrap_err();
-            assert_eq!(err, ConfigError::NotSupported(flag));
-            assert_eq!(
-                err.to_string(),
-                format!("{flag} is not supported yet by this csi-provisioner")
-            );
-        }
+fn enable_pprof_serves_profiles_on_the_http_endpoint_only() {
+    for args in [&["--enable-pprof"][..], &["-enable-pprof=true"]] {
+        let with_endpoint = [args, &["--http-endpoint=:8080"]].concat();
+        let http = config(&with_endpoint, &Env::default()).unwrap().http;
+        assert!(http.is_some_and(|h| h.pprof), "{args:?}");
+        // As upstream: accepted without an address, and nothing is served.
+        let c = config(args, &Env::default()).unwrap();
+        assert_eq!(c.http, None, "{args:?}");
     }
-    // Each row of the table is switched on by the flag it names, and off by default.
-    let defaults = parsed(&[]);
-    for row in NOT_SUPPORTED_YET {
-        assert!((row.enabled)(&parsed(&[row.flag])), "{}", row.flag);
-        assert!(!(row.enabled)(&defaults), "{}", row.flag);
-    }
+    let http = config(
+        &["--metrics-address=:8080", "--enable-pprof"],
+        &Env::default(),
+    );
+    assert!(http.unwrap().http.is_some_and(|h| h.pprof));
+}
+
+#[test]
+fn features_turned_off_or_tuned_alone_are_accepted() {
     // Accepted: the features' other knobs, and the features turned off.
     for args in [
         &[

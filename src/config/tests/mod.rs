@@ -4,7 +4,6 @@
 use super::*;
 
 // What the tests name that is private to a section (they were one file).
-use super::cli::NOT_SUPPORTED_YET;
 use super::client::rate_limit;
 use super::values::parse_go_bool;
 use crate::duration::format_go_duration;
@@ -37,12 +36,6 @@ fn env(vars: &[(&str, &str)]) -> Env {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     Env::from_lookup(|name| vars.get(name).cloned())
-}
-
-/// Validation as it will be once every feature is built, so upstream's
-/// own checks stay testable behind the not-supported-yet table.
-fn config_all_supported(args: &[&str], env: &Env) -> Result<Config, ConfigError> {
-    Config::validate(&parsed(args), env, &[])
 }
 
 fn config(args: &[&str], env: &Env) -> Result<Config, ConfigError> {

@@ -198,7 +198,7 @@ fn validation_errors() {
         ),
     ];
     for (args, env, want) in cases {
-        let got = config_all_supported(args, &env);
+        let got = config(args, &env);
         assert_eq!(got.as_ref().err(), Some(&want), "{args:?}");
         let message = want.to_string();
         assert!(
@@ -404,7 +404,7 @@ fn lease_namespace_flag_then_pod_namespace_then_service_account_then_default() {
 
 #[test]
 fn environment_feeds_node_deployment_and_capacity() {
-    let c = config_all_supported(
+    let c = config(
         &[
             "--node-deployment",
             "--node-deployment-base-delay=1s",
@@ -424,7 +424,7 @@ fn environment_feeds_node_deployment_and_capacity() {
     );
 
     let capacity_env = env(&[("NAMESPACE", "kube-system"), ("POD_NAME", "csi-0")]);
-    let c = config_all_supported(
+    let c = config(
         &["--enable-capacity", "--capacity-ownerref-level=2"],
         &capacity_env,
     )
@@ -444,7 +444,7 @@ fn environment_feeds_node_deployment_and_capacity() {
         })
     );
     // No owner: POD_NAME is not needed.
-    let c = config_all_supported(
+    let c = config(
         &["--enable-capacity", "--capacity-ownerref-level=-1"],
         &env(&[("NAMESPACE", "ns")]),
     )

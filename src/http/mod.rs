@@ -1,6 +1,9 @@
 //! The HTTP endpoint (`--http-endpoint` / `--metrics-address`): Prometheus
-//! metrics at `--metrics-path` and `/healthz/leader-election`. It starts
-//! before leader election, so standby replicas serve metrics too.
+//! metrics at `--metrics-path`, `/healthz/leader-election` and, with
+//! `--enable-pprof`, `/debug/pprof/`. It starts before leader election, so
+//! standby replicas serve metrics too.
+
+mod pprof;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -32,6 +35,8 @@ pub struct HttpServer {
     pub metrics: Arc<Metrics>,
     pub metrics_path: String,
     pub leader: Option<Arc<dyn LeaderHealth>>,
+    /// Serve the profiles under `/debug/pprof/` (`--enable-pprof`).
+    pub pprof: bool,
 }
 
 impl HttpServer {
@@ -53,7 +58,7 @@ impl HttpServer {
                 tokio::spawn(async move {
                     let svc = service_fn(move |req| {
                         let this = this.clone();
-                        async move { Ok::<_, Infallible>(this.handle(req)) }
+                        async move { Ok::<_, Infallible>(this.handle(req).await) }
                     });
                     if let Err(e) = http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), svc)
@@ -67,9 +72,11 @@ impl HttpServer {
         Ok(local)
     }
 
-    fn handle(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    async fn handle(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
         let path = req.uri().path();
-        if path == self.metrics_path {
+        if let Some(name) = path.strip_prefix(pprof::PREFIX).filter(|_| self.pprof) {
+            pprof::handle(name, req.uri().query()).await
+        } else if path == self.metrics_path {
             let accept = req
                 .headers()
                 .get(hyper::header::ACCEPT)
@@ -102,14 +109,10 @@ impl HttpServer {
                     "text/plain",
                     format!("internal server error: {reason}"),
                 ),
-                _ => reply(StatusCode::OK, "text/plain", "ok".into()),
+                _ => reply(StatusCode::OK, "text/plain", "ok"),
             }
         } else {
-            reply(
-                StatusCode::NOT_FOUND,
-                "text/plain",
-                "404 page not found\n".into(),
-            )
+            reply(StatusCode::NOT_FOUND, "text/plain", "404 page not found\n")
         }
     }
 }
@@ -143,11 +146,11 @@ fn wants_openmetrics(accept: &str) -> bool {
     })
 }
 
-fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
+fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     Response::builder()
         .status(status)
         .header("content-type", content_type)
-        .body(Full::new(Bytes::from(body)))
+        .body(Full::new(body.into()))
         .expect("static response parts are valid")
 }
 
