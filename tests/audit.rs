@@ -798,3 +798,109 @@ async fn wrong_flags_and_an_unreachable_driver_are_one_line_each() {
     assert!(text.contains("Read-only"), "{text}");
     assert!(text.contains("--intent-older-than"), "{text}");
 }
+
+/// The value of the one sample of `name` whose labels include each of `labels`, from the text
+/// exposition `--output=prometheus` prints.
+fn sample(text: &str, name: &str, labels: &[&str]) -> f64 {
+    let found: Vec<f64> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter(|(series, _)| {
+            series.split('{').next() == Some(name) && labels.iter().all(|l| series.contains(l))
+        })
+        .map(|(_, value)| value.parse().expect("a number"))
+        .collect();
+    assert_eq!(found.len(), 1, "{name}{labels:?} in:\n{text}");
+    found[0]
+}
+
+#[tokio::test]
+async fn prometheus_output_counts_each_kind_of_finding_for_a_textfile_collector() {
+    let rig = Rig::builder("audit-prom").start().await;
+    rig.create_claim(rig.claim("data")).await;
+    rig.wait_bound("data").await;
+    // A volume no PersistentVolume points to, named for a claim that never existed.
+    let orphan = backend_volume(&rig, &format!("pvc-{}", random_uid())).await;
+    let before = rig.ledger().await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("csi-provisioner-audit.prom");
+    let started = k8s_openapi::jiff::Timestamp::now().as_second() as f64;
+    let output = audit(
+        &rig,
+        &[
+            "--output=prometheus",
+            "--recheck-after=1s",
+            &format!("--output-file={}", file.display()),
+        ],
+    )
+    .await;
+    // Findings are in the series: the run itself succeeded (a CronJob's Job is not failed).
+    assert_eq!(code(&output), CLEAN, "{output:?}");
+    assert!(output.stdout.is_empty(), "{output:?}");
+    let text = std::fs::read_to_string(&file).expect("the output file");
+    let driver = format!("driver=\"{}\"", rig.driver_name);
+    let kind = |k: &str| format!("kind=\"{k}\"");
+    let findings = |k: &str| {
+        sample(
+            &text,
+            "csi_provisioner_audit_findings",
+            &[&driver, &kind(k)],
+        )
+    };
+    assert_eq!(findings("orphanedVolume"), 1.0, "{orphan}: {text}");
+    assert_eq!(findings("missingVolume"), 0.0);
+    assert_eq!(findings("staleIntent"), 0.0);
+    let single = |name: &str| sample(&text, name, &[&driver]);
+    assert_eq!(single("csi_provisioner_audit_success"), 1.0);
+    assert_eq!(single("csi_provisioner_audit_list_volumes"), 1.0);
+    assert_eq!(single("csi_provisioner_audit_backend_volumes"), 2.0);
+    assert_eq!(single("csi_provisioner_audit_persistent_volumes"), 1.0);
+    let ran = single("csi_provisioner_audit_last_run_timestamp_seconds");
+    assert!(
+        ran >= started && ran < started + 120.0,
+        "{ran} vs {started}"
+    );
+    // Replaced in one rename: nothing but the file is left in the directory.
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+
+    // The same series on stdout, for a push.
+    let output = audit(&rig, &["--output=prometheus", "--recheck-after=0s"]).await;
+    assert_eq!(code(&output), CLEAN, "{output:?}");
+    let printed = stdout(&output);
+    let orphaned = sample(
+        &printed,
+        "csi_provisioner_audit_findings",
+        &[&kind("orphanedVolume")],
+    );
+    assert_eq!(orphaned, 1.0, "{printed}");
+
+    // A run that could not be made is a series too, and still exits 1 with its reason.
+    let gone = dir.path().join("no-driver.sock");
+    let failed = audit_command(&rig, &["--output=prometheus", "--timeout=1s"])
+        .await
+        .arg(format!("--csi-address={}", gone.display()))
+        .arg(format!("--output-file={}", file.display()))
+        .output()
+        .await
+        .expect("running the audit");
+    assert_eq!(code(&failed), ERROR, "{failed:?}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(
+        sample(&text, "csi_provisioner_audit_success", &[]),
+        0.0,
+        "{text}"
+    );
+    assert!(!text.contains("_findings"), "{text}");
+    let err = String::from_utf8_lossy(&failed.stderr);
+    assert!(err.starts_with("audit failed: "), "{err}");
+
+    assert_eq!(
+        writes(&rig.ledger().await),
+        writes(&before),
+        "the audit asked the driver to write"
+    );
+    rig.cleanup().await;
+}

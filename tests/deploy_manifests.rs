@@ -1,14 +1,17 @@
 //! The manifests in deploy/kubernetes are real: the API server accepts every
 //! object (server-side dry run), the Deployment's flags are ones our binary
 //! takes, its probe points at an endpoint those flags turn on, and it runs as
-//! the image's user (root, as upstream's).
+//! the image's user (root, as upstream's); the audit's CronJob runs flags the
+//! audit takes, as the audit's ServiceAccount, writing where it mounts.
 
 mod support;
 
 use std::path::Path;
 
+use csi_provisioner::audit::args::{self as audit_args, AuditConfig, OutputFormat};
 use csi_provisioner::config::{self, Config, Env};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Api, PostParams};
@@ -57,6 +60,8 @@ async fn the_api_server_accepts_every_object_of_the_manifests() {
         "deploy/kubernetes/rbac.yaml",
         "deploy/kubernetes/deployment.yaml",
         "deploy/kubernetes/release-intent-policy.yaml",
+        "deploy/kubernetes/audit-rbac.yaml",
+        "deploy/kubernetes/audit-cronjob.yaml",
     ] {
         for doc in documents(path) {
             let kind = doc["kind"].as_str().unwrap_or_default().to_string();
@@ -84,6 +89,10 @@ async fn the_api_server_accepts_every_object_of_the_manifests() {
                     .await
                     .map(drop),
                 "Deployment" => Api::<Deployment>::namespaced(client.clone(), ns)
+                    .create(&dry_run, &typed(&doc))
+                    .await
+                    .map(drop),
+                "CronJob" => Api::<CronJob>::namespaced(client.clone(), ns)
                     .create(&dry_run, &typed(&doc))
                     .await
                     .map(drop),
@@ -115,12 +124,16 @@ async fn the_api_server_accepts_every_object_of_the_manifests() {
         kinds,
         [
             "ClusterRole",
+            "ClusterRole",
             "ClusterRoleBinding",
+            "ClusterRoleBinding",
+            "CronJob",
             "Deployment",
             "MutatingAdmissionPolicy",
             "MutatingAdmissionPolicyBinding",
             "Role",
             "RoleBinding",
+            "ServiceAccount",
             "ServiceAccount"
         ]
     );
@@ -235,4 +248,58 @@ fn the_deployment_runs_our_flags_as_the_images_user_with_the_shipped_service_acc
         .find(|d| d["kind"] == "ServiceAccount")
         .and_then(|d| d["metadata"]["name"].as_str().map(str::to_string));
     assert_eq!(pod.service_account_name, service_account);
+}
+
+#[test]
+fn the_audit_cronjob_writes_prometheus_series_as_the_audits_service_account() {
+    let docs = documents("deploy/kubernetes/audit-cronjob.yaml");
+    assert_eq!(docs.len(), 1, "one CronJob");
+    let cron: CronJob = typed(&docs[0]);
+    let job = cron.spec.job_template.spec.unwrap();
+    let pod = job.template.spec.unwrap();
+    let account = documents("deploy/kubernetes/audit-rbac.yaml")
+        .into_iter()
+        .find(|d| d["kind"] == "ServiceAccount")
+        .expect("the audit's ServiceAccount");
+    assert_eq!(
+        pod.service_account_name.as_deref(),
+        account["metadata"]["name"].as_str()
+    );
+    assert_eq!(
+        cron.metadata.namespace.as_deref(),
+        account["metadata"]["namespace"].as_str()
+    );
+
+    // The flags, as the audit parses them: series into a file on a mounted directory.
+    let container = &pod.containers[0];
+    let args = container.args.clone().unwrap();
+    assert_eq!(args[0], "audit");
+    let argv =
+        std::iter::once("csi-provisioner audit".to_string()).chain(args[1..].iter().cloned());
+    let parsed =
+        audit_args::parse_from(argv).unwrap_or_else(|e| panic!("{}", config::error_line(&e)));
+    let cfg = AuditConfig::from_args(&parsed, &Env::default()).unwrap();
+    assert_eq!(cfg.output, OutputFormat::Prometheus);
+    let file = cfg.output_file.expect("--output-file");
+    assert_eq!(
+        file.extension().and_then(|e| e.to_str()),
+        Some("prom"),
+        "the textfile collector reads *.prom"
+    );
+    let mounted = |path: &Path| {
+        container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| path.starts_with(&m.mount_path))
+    };
+    assert!(mounted(&file), "{} is on no mount", file.display());
+    assert!(
+        mounted(&cfg.csi_socket),
+        "{} is on no mount",
+        cfg.csi_socket.display()
+    );
+    // Findings exit 0: a failed Job would be retried and alert a second time.
+    assert_eq!(job.backoff_limit, Some(0));
+    assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
 }

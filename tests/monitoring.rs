@@ -2,12 +2,16 @@
 //! Grafana dashboard's queries and the alert rules' expressions, and every
 //! label they select, group or template by, is checked against the registry
 //! the sidecar serves on /metrics (`Metrics::register`, as `run` builds it),
-//! scraped in both formats Prometheus may ask for. A dashboard that names a
-//! metric we do not export fails here, not on someone's empty panel.
+//! scraped in both formats Prometheus may ask for, and against what
+//! `csi-provisioner audit --output=prometheus` prints (its alerts). A
+//! dashboard that names a metric we do not export fails here, not on
+//! someone's empty panel.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+use csi_provisioner::audit::findings::Report;
+use csi_provisioner::audit::prometheus as audit;
 use csi_provisioner::metrics::{
     ClaimGauges, ClaimLabels, CsiOperationLabels, LeaseLabels, Metrics, VolumeLabels,
 };
@@ -79,12 +83,38 @@ fn exported() -> Exported {
     let (a, b) = (samples(&openmetrics), samples(&text));
     // Prometheus asks for OpenMetrics first and falls back to the text format:
     // a name the dashboards use must be there in both.
-    a.into_iter()
+    let mut exported: Exported = a
+        .into_iter()
         .filter_map(|(name, labels)| {
             let other = b.get(&name)?;
             Some((name, labels.intersection(other).cloned().collect()))
         })
-        .collect()
+        .collect();
+    exported.extend(audit_exported());
+    exported
+}
+
+/// What `audit --output=prometheus` prints (node-exporter's textfile collector serves it as
+/// it is), for a report and for a run that failed.
+fn audit_exported() -> Exported {
+    let report = Report {
+        driver: "d".into(),
+        list_volumes: true,
+        backend_volumes: Some(1),
+        persistent_volumes: 1,
+        claims_holding_intent: 0,
+        intent_older_than: std::time::Duration::from_secs(600),
+        rechecked_after: None,
+        cleared_on_recheck: 0,
+        findings: vec![],
+        in_progress: vec![],
+    };
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let mut exported = samples(&audit::exposition(&report, now));
+    for (name, labels) in samples(&audit::failure(now)) {
+        exported.entry(name).or_default().extend(labels);
+    }
+    exported
 }
 
 /// The samples of a scrape by name, with their label names. Panics on a
@@ -505,6 +535,43 @@ fn the_alert_rules_name_only_metrics_and_labels_we_export() {
         }
     }
     assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+/// Whether `expr` selects `metric`.
+fn selects(expr: &str, metric: &str) -> bool {
+    names(expr).selectors.iter().any(|(name, _)| name == metric)
+}
+
+#[test]
+fn an_alert_fires_on_each_kind_of_audit_finding() {
+    let rules = alert_rules();
+    let on_findings = rules
+        .iter()
+        .find(|r| {
+            r["expr"]
+                .as_str()
+                .is_some_and(|e| selects(e, "csi_provisioner_audit_findings"))
+        })
+        .expect("an alert on csi_provisioner_audit_findings");
+    let expr = on_findings["expr"].as_str().unwrap();
+    assert!(
+        names(expr).by.iter().any(|l| l == "kind"),
+        "{expr}: one alert per kind"
+    );
+    for kind in audit::FINDING_KINDS {
+        let description = on_findings["annotations"]["description"].as_str().unwrap();
+        assert!(description.contains(kind), "{kind} not explained");
+    }
+    let watched = |metric: &str| {
+        rules
+            .iter()
+            .any(|r| r["expr"].as_str().is_some_and(|e| selects(e, metric)))
+    };
+    assert!(watched("csi_provisioner_audit_success"), "a failing audit");
+    assert!(
+        watched("csi_provisioner_audit_last_run_timestamp_seconds"),
+        "an audit not run"
+    );
 }
 
 #[test]

@@ -33,8 +33,9 @@ const AFTER_LONG_HELP: &str = "\
 Environment:
   KUBECONFIG       kubeconfig to use; takes precedence over --kubeconfig
 
-Exit status: 0 no findings; 3 findings; 1 the audit could not be made (driver or API server
-unreachable, a call refused); 2 a flag is wrong.";
+Exit status: 0 no findings; 3 findings (with --output=prometheus, 0: the findings are in the
+series, and a CronJob's Job would be retried as failed); 1 the audit could not be made (driver or
+API server unreachable, a call refused, the output file not written); 2 a flag is wrong.";
 
 /// How the report is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -43,6 +44,9 @@ pub enum OutputFormat {
     Table,
     /// One JSON document, for a program.
     Json,
+    /// Prometheus text: a gauge per kind of finding, for node-exporter's
+    /// textfile collector or a push (findings exit 0: they are in the series).
+    Prometheus,
 }
 
 // `//` rather than `///`: clap would print a `///` comment as the description.
@@ -104,9 +108,20 @@ pub struct AuditArgs {
           value_name = "DURATION")]
     pub recheck_after: Duration,
 
-    /// table or json.
+    /// table, json or prometheus.
     #[arg(long, value_enum, default_value = "table", value_name = "FORMAT")]
     pub output: OutputFormat,
+
+    /// Write the report to this file instead of stdout, replacing it in one
+    /// rename (a textfile collector never reads half a file); a failed audit
+    /// with --output=prometheus writes its failure series there too.
+    #[arg(
+        long,
+        default_value = "",
+        hide_default_value = true,
+        value_name = "PATH"
+    )]
+    pub output_file: String,
 }
 
 /// The audit's settings, checked.
@@ -123,6 +138,8 @@ pub struct AuditConfig {
     pub intent_older_than: Duration,
     pub recheck_after: Duration,
     pub output: OutputFormat,
+    /// `None`: stdout.
+    pub output_file: Option<PathBuf>,
 }
 
 /// Parses `argv` (the first item is the program's name as it should appear
@@ -148,6 +165,7 @@ impl AuditConfig {
             intent_older_than,
             recheck_after,
             output,
+            output_file,
         } = args;
         if timeout.is_zero() {
             return Err(ConfigError::ZeroTimeout);
@@ -170,6 +188,9 @@ impl AuditConfig {
             intent_older_than: *intent_older_than,
             recheck_after: *recheck_after,
             output: *output,
+            output_file: Some(output_file)
+                .filter(|f| !f.is_empty())
+                .map(PathBuf::from),
         })
     }
 }
@@ -197,6 +218,14 @@ mod tests {
         assert_eq!(c.intent_older_than, Duration::from_secs(600));
         assert_eq!(c.recheck_after, Duration::from_secs(5));
         assert_eq!(c.output, OutputFormat::Table);
+        assert_eq!(c.output_file, None);
+        let c = config(
+            &["--output=prometheus", "--output-file=/textfile/audit.prom"],
+            &Env::default(),
+        )
+        .unwrap();
+        assert_eq!(c.output, OutputFormat::Prometheus);
+        assert_eq!(c.output_file, Some(PathBuf::from("/textfile/audit.prom")));
     }
 
     #[test]

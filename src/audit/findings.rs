@@ -462,6 +462,23 @@ fn optional_go_duration<S: serde::Serializer>(
     }
 }
 
+/// A report of `d.csi.example.com` with these findings, for the renderers' tests.
+#[cfg(test)]
+pub(super) fn example_report(findings: Vec<Finding>) -> Report {
+    Report {
+        driver: "d.csi.example.com".into(),
+        list_volumes: true,
+        backend_volumes: Some(3),
+        persistent_volumes: 2,
+        claims_holding_intent: 1,
+        intent_older_than: Duration::from_secs(600),
+        rechecked_after: None,
+        cleared_on_recheck: 0,
+        findings,
+        in_progress: vec![],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

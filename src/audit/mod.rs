@@ -6,8 +6,10 @@
 pub mod args;
 pub mod collect;
 pub mod findings;
+pub mod prometheus;
 pub mod render;
 
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -48,21 +50,72 @@ impl Command for Audit {
     }
 
     async fn run(cfg: AuditConfig) -> ExitCode {
-        let report = match run(&cfg).await {
-            Ok(r) => r,
-            Err(e) => return entry::fail(&format!("audit failed: {e}"), EXIT_ERROR),
+        let outcome = run(&cfg).await;
+        let now = Timestamp::now();
+        let (text, code) = match &outcome {
+            Ok(report) => (
+                Some(render(report, cfg.output, now)),
+                exit_code(report, cfg.output),
+            ),
+            // A failed run is a series too: an alert on `success` needs it.
+            Err(_) if cfg.output == OutputFormat::Prometheus => {
+                (Some(prometheus::failure(now)), EXIT_ERROR)
+            }
+            Err(_) => (None, EXIT_ERROR),
         };
-        let text = match cfg.output {
-            OutputFormat::Table => render::table(&report),
-            OutputFormat::Json => render::json(&report),
+        let written = match (text, &cfg.output_file) {
+            (Some(text), Some(path)) => {
+                write_replacing(path, &text).map_err(|e| format!("writing {}: {e}", path.display()))
+            }
+            (Some(text), None) => return print_then(outcome.err(), &text, code),
+            (None, _) => Ok(()),
         };
-        let code = if report.findings.is_empty() {
-            EXIT_CLEAN
-        } else {
-            EXIT_FINDINGS
-        };
-        entry::print(&text, ExitCode::from(code))
+        match (outcome, written) {
+            (Err(e), _) => entry::fail(&format!("audit failed: {e}"), EXIT_ERROR),
+            (Ok(_), Err(e)) => entry::fail(&e, EXIT_ERROR),
+            (Ok(_), Ok(())) => ExitCode::from(code),
+        }
     }
+}
+
+fn render(report: &Report, output: OutputFormat, now: Timestamp) -> String {
+    match output {
+        OutputFormat::Table => render::table(report),
+        OutputFormat::Json => render::json(report),
+        OutputFormat::Prometheus => prometheus::exposition(report, now),
+    }
+}
+
+/// 3 for findings, except where the findings are in the output's series.
+fn exit_code(report: &Report, output: OutputFormat) -> u8 {
+    if report.findings.is_empty() || output == OutputFormat::Prometheus {
+        EXIT_CLEAN
+    } else {
+        EXIT_FINDINGS
+    }
+}
+
+/// Prints `text` to stdout, and the reason of a failed audit to stderr.
+fn print_then(failed: Option<AuditError>, text: &str, code: u8) -> ExitCode {
+    let printed = entry::print(text, ExitCode::from(code));
+    match failed {
+        Some(e) => entry::fail(&format!("audit failed: {e}"), EXIT_ERROR),
+        None => printed,
+    }
+}
+
+/// Writes `text` beside `path` and renames it over `path`, so a reader (node-exporter's
+/// textfile collector) sees the old file or the new one, never half of one. The temporary
+/// name does not end in `.prom`, which the collector would read.
+fn write_replacing(path: &Path, text: &str) -> std::io::Result<()> {
+    let name = path
+        .file_name()
+        .map_or_else(|| "audit".into(), |n| n.to_string_lossy().into_owned());
+    let temporary = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    std::fs::write(&temporary, text)?;
+    std::fs::rename(&temporary, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&temporary);
+    })
 }
 
 /// Connects, looks, and when the first look finds something, looks again

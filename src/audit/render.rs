@@ -227,18 +227,7 @@ mod tests {
     use crate::audit::findings::IntentSince;
 
     fn report(findings: Vec<Finding>) -> Report {
-        Report {
-            driver: "d.csi.example.com".into(),
-            list_volumes: true,
-            backend_volumes: Some(3),
-            persistent_volumes: 2,
-            claims_holding_intent: 1,
-            intent_older_than: Duration::from_secs(600),
-            rechecked_after: None,
-            cleared_on_recheck: 0,
-            findings,
-            in_progress: vec![],
-        }
+        crate::audit::findings::example_report(findings)
     }
 
     fn all_kinds() -> Vec<Finding> {
