@@ -10,6 +10,13 @@ make --no-print-directory lint
 echo "== test bed (Go: etcd, kube-apiserver, kube-controller-manager, upstream CSI tools)"
 bash testbed/build.sh >/dev/null
 echo "== cargo build"
+# A clean build of every test binary takes about 10 GB; say so before a linker dies of it.
+free_kb=$(df -Pk . | awk 'NR==2 {print $4}')
+if [ "${free_kb:-0}" -lt $((12 * 1024 * 1024)) ]; then
+  echo "warning: $((free_kb / 1024 / 1024)) GB free here; a clean build needs about 12 GB" >&2
+fi
+# CI builds once from a clean clone: incremental state (GBs) would never be reused.
+if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
 cargo build --workspace --bins --tests
 if command -v podman >/dev/null; then
   # The image's static binary (a release build), for tests/image.rs: built now
