@@ -37,10 +37,9 @@ pub struct NodeMode {
 }
 
 /// Where this replica runs: beside a driver that serves the whole cluster,
-/// or as one sidecar per node (`--node-deployment`). It answers "may I
-/// clean up after this claim", "may I delete this PV" and "which topology
-/// segment am I"; "is this claim mine" is part of the claim's decision
-/// (`claim::decide`, from [`node_gate`]).
+/// or as one sidecar per node (`--node-deployment`). The one place that
+/// answers "is this claim mine", "may I delete this PV" and "which topology
+/// segment am I".
 pub enum Placement {
     Central,
     Node(NodeMode),
@@ -51,6 +50,15 @@ impl Placement {
         match self {
             Placement::Central => None,
             Placement::Node(n) => Some(n),
+        }
+    }
+
+    /// Whether a claim that needs a volume is this replica's to provision
+    /// now (centrally: always; one per node: see [`node_gate`]).
+    pub fn claim(&self, claim: ClaimView, class: &StorageClass) -> NodeGate {
+        match self {
+            Placement::Central => NodeGate::ThisNode,
+            Placement::Node(n) => node_gate(claim, class, n),
         }
     }
 

@@ -12,7 +12,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::error::ClaimError;
 use crate::controller::memory::{Attempt, still_held};
-use crate::controller::node::{NodeGate, Placement, node_gate};
+use crate::controller::node::{NodeGate, Placement};
 use crate::keys;
 use crate::kube::slim::Claim;
 use crate::metrics::ClaimGauges;
@@ -150,7 +150,7 @@ fn without_volume(f: &Facts) -> Decision {
     if let Some(why) = class_holds_back(f.claim, &class, f.driver) {
         return Decision::Wait(why);
     }
-    match whose(f.place, f.claim, &class) {
+    match f.place.claim(f.claim, &class) {
         NodeGate::ThisNode => {}
         NodeGate::OtherNode => return Decision::Wait("another node's claim"),
         NodeGate::NotHere => return Decision::Wait("not for this node now"),
@@ -212,16 +212,7 @@ pub fn still_creates(
 ) -> bool {
     work_for(claim, driver) == Work::Provision
         && class_holds_back(claim, class, driver).is_none()
-        && whose(place, claim, class) == NodeGate::ThisNode
-}
-
-/// Whether a claim that needs a volume is this replica's to provision now:
-/// centrally always; one sidecar per node, see [`node_gate`].
-fn whose(place: &Placement, claim: ClaimView, class: &StorageClass) -> NodeGate {
-    match place {
-        Placement::Central => NodeGate::ThisNode,
-        Placement::Node(node) => node_gate(claim, class, node),
-    }
+        && place.claim(claim, class) == NodeGate::ThisNode
 }
 
 /// What the claim cache says now, for the gauges an operator alerts on:
