@@ -878,22 +878,12 @@ async fn released_pv_switched_to_retain_keeps_its_volume_and_loses_our_finalizer
 /// "Released, Delete" while the server says Retain: the volume and the PV must be kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn released_pv_switched_to_retain_while_the_cache_is_late_keeps_its_volume() {
-    let cluster = support::cluster().await;
-    let admin = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(&cluster.kubeconfig).unwrap(),
-        &Default::default(),
-    )
-    .await
-    .unwrap();
-    let proxy = kube_fault_proxy::Proxy::start("127.0.0.1:0".parse().unwrap(), admin, 1)
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("proxy.kubeconfig");
-    proxy.write_kubeconfig(&kubeconfig, "default").unwrap();
+    // Kept to the end: it holds the proxy's kubeconfig.
+    let api = support::faulty_api().await;
+    let proxy = &api.proxy;
     let rig = Rig::builder("inv-late-cache")
         .sidecar_args(FAST)
-        .kubeconfig(kubeconfig)
+        .kubeconfig(api.kubeconfig.clone())
         .start()
         .await;
     rig.create_claim(rig.claim("data")).await;

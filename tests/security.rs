@@ -1,14 +1,22 @@
 //! Secrets stay secret: the value of a provisioner secret reaches the driver
 //! (its keys are in the driver's ledger) and nowhere else — not in our logs at
 //! the highest verbosity (text or JSON), not in events, not in the PV, and not
-//! in the `Debug` output of the CSI requests that carry it.
+//! in the `Debug` output of the CSI requests that carry it; and the same when
+//! the driver and the API server fail, a claim is deleted mid-flight and the
+//! sidecar crashes (the fault paths, where errors carry the most context).
+//!
+//! One run at `-v=10` covers every level: a level only adds lines to those of
+//! the levels below it.
 
 mod support;
 
 use csi_provisioner::csi::pb;
+use csi_test_driver::GrpcCode;
+use csi_test_driver::control::Fault;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams};
-use support::{Rig, unique_name};
+use kube_fault_proxy::{Fault as ApiFault, Rule};
+use support::{DEADLINE, Rig, free_address, unique_name, wait_serving};
 
 /// The secret's value: unique per run, so no other text can contain it by chance.
 fn sentinel() -> String {
@@ -127,17 +135,171 @@ async fn secret_value_reaches_only_the_driver(logging_format: &str) {
     }
     assert_absent("the sidecar's log", &log, &value);
 
-    // Events in the claim's namespace and about the PV.
+    assert_no_event_holds(&rig, &value).await;
+    rig.cleanup().await;
+}
+
+/// Events in the claim's namespace and about the PV (in `default`).
+async fn assert_no_event_holds(rig: &Rig, value: &str) {
     for ns in [rig.ns.name.as_str(), "default"] {
         let events: Api<Event> = Api::namespaced(rig.client.clone(), ns);
         let list = events.list(&ListParams::default()).await.unwrap();
         assert_absent(
             &format!("events of {ns}"),
             &serde_json::to_string(&list.items).unwrap(),
-            &value,
+            value,
         );
     }
+}
+
+fn failing(code: GrpcCode, count: u32) -> Fault {
+    Fault::Error {
+        code,
+        count,
+        message: Some("backend refused the request".into()),
+    }
+}
+
+/// The secret through the fault paths, with the sidecar at `-v=10` behind the
+/// fault proxy: `CreateVolume` failing, the PV's save refused by the API server,
+/// a claim deleted while its `CreateVolume` hangs and the sidecar killed then
+/// (the restarted one cleans up after it, with the secret), `DeleteVolume`
+/// failing on release. Every log of both processes, every event and the
+/// metrics are searched; the faults are checked to have fired, so the search
+/// covers their paths.
+async fn secret_value_stays_out_of_fault_paths(logging_format: &str) {
+    let value = sentinel();
+    let api = support::faulty_api().await;
+    let address = free_address();
+    let rig = Rig::builder("secrets-faults")
+        .class(|c| {
+            c.param(
+                "csi.storage.k8s.io/provisioner-secret-name",
+                "${pvc.name}-creds",
+            )
+            .param(
+                "csi.storage.k8s.io/provisioner-secret-namespace",
+                "${pvc.namespace}",
+            )
+        })
+        .sidecar_args(&[
+            "-v=10",
+            &format!("--logging-format={logging_format}"),
+            &format!("--http-endpoint={address}"),
+            "--timeout=2s",
+            "--retry-interval-start=200ms",
+            "--retry-interval-max=1s",
+        ])
+        .kubeconfig(api.kubeconfig.clone())
+        .without_sidecar()
+        .start()
+        .await;
+    for claim in ["first", "second"] {
+        rig.create_secret(
+            &format!("{claim}-creds"),
+            &[("password", &value), ("user", "admin")],
+        )
+        .await;
+    }
+    let mut rig = rig;
+    let mut logs = String::new();
+
+    // CreateVolume fails twice, then the PV's save is refused twice.
+    rig.control
+        .set_fault("CreateVolume", failing(GrpcCode::Internal, 2))
+        .await
+        .unwrap();
+    api.proxy.add_rule(
+        Rule::new(ApiFault::Status { code: 500 })
+            .verbs(&["create"])
+            .resources(&["persistentvolumes"])
+            .count(2),
+    );
+    rig.start_sidecar();
+    rig.create_claim(rig.claim("first")).await;
+    let pv = rig.wait_bound("first").await;
+    let pv_name = pv.metadata.name.clone().unwrap();
+    assert_eq!(
+        api.proxy.stats().total_injected(),
+        2,
+        "the PV's save was refused twice"
+    );
+    assert_absent("the PV", &serde_json::to_string(&pv).unwrap(), &value);
+
+    // A claim deleted while its CreateVolume hangs, and the sidecar killed
+    // then; the restarted one cleans up after it.
+    rig.control
+        .set_fault("CreateVolume", Fault::Hang)
+        .await
+        .unwrap();
+    rig.create_claim(rig.claim("second")).await;
+    rig.control
+        .wait_for_hung("CreateVolume", 1, DEADLINE)
+        .await
+        .unwrap();
+    rig.delete_claim("second").await;
+    logs.push_str(&rig.sidecar_log());
+    rig.kill_sidecar();
+    rig.control.clear_faults().await.unwrap();
+    rig.control.release("CreateVolume").await.unwrap();
+    rig.start_sidecar();
+    rig.wait_claim_gone("second").await;
+
+    // DeleteVolume fails twice on release.
+    rig.control
+        .set_fault("DeleteVolume", failing(GrpcCode::Internal, 2))
+        .await
+        .unwrap();
+    rig.delete_claim("first").await;
+    rig.wait_pv_gone(&pv_name).await;
+    let ledger = rig.ledger().await;
+    let failed = |method: &str| {
+        ledger
+            .operations
+            .iter()
+            .filter(|op| op.method == method && op.injected)
+            .count()
+    };
+    assert_eq!(failed("CreateVolume"), 2, "CreateVolume failed twice");
+    assert_eq!(failed("DeleteVolume"), 2, "DeleteVolume failed twice");
+    assert!(
+        ledger.volumes.is_empty(),
+        "both volumes deleted (the abandoned one after the crash): {:?}",
+        ledger.volumes
+    );
+    // Each volume was deleted with the secret (the abandoned one by the restarted sidecar).
+    let deleted_with_secret = ledger
+        .operations
+        .iter()
+        .filter(|op| op.method == "DeleteVolume" && op.deleted)
+        .filter(|op| op.secret_keys.iter().any(|k| k == "password"))
+        .count();
+    assert_eq!(deleted_with_secret, 2, "{:?}", ledger.operations);
+
+    let metrics = wait_serving(&rig, &address, "/metrics").await.body;
+    assert!(
+        metrics.contains("csi_sidecar_operations_seconds"),
+        "{metrics}"
+    );
+    assert_absent("the metrics", &metrics, &value);
+    logs.push_str(&rig.sidecar_log());
+    assert!(
+        logs.contains("backend refused the request"),
+        "the failures were logged:\n{logs}"
+    );
+    assert_absent("the sidecar's logs", &logs, &value);
+    assert_no_event_holds(&rig, &value).await;
     rig.cleanup().await;
+}
+
+#[tokio::test]
+async fn secret_stays_out_of_text_logs_events_and_metrics_on_the_fault_paths() {
+    secret_value_stays_out_of_fault_paths("text").await;
+}
+
+#[tokio::test]
+async fn secret_stays_out_of_json_logs_on_the_fault_paths() {
+    secret_value_stays_out_of_fault_paths("json").await;
 }
 
 #[tokio::test]
