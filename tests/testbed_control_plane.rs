@@ -231,15 +231,16 @@ async fn prebound_volume_binds_its_claim_and_is_released_when_the_claim_is_delet
 async fn provisioner_identity_is_authenticated_but_not_an_admin() {
     let cluster = cluster().await;
     let client = cluster.client_for(&cluster.provisioner_kubeconfig).await;
-    // Namespaces: a resource no RBAC of ours ever grants. (The tests of our sidecar bind the
-    // identity to deploy/kubernetes/rbac.yaml, so volumes may be readable by now.)
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client);
-    match namespaces.list(&ListParams::default()).await {
+    // Listing secrets: a verb no RBAC of ours ever grants (the sidecar only gets the secret a
+    // class names). The tests of our sidecar bind the identity to deploy/kubernetes/rbac.yaml,
+    // so volumes, and namespaces for the metadata flags, may be readable by now.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::all(client);
+    match secrets.list(&ListParams::default()).await {
         // 403 (authorized no further), not 401 (unknown token): the identity exists.
         Err(kube::Error::Api(status)) => {
             assert_eq!(status.code, 403, "{status:?}");
             assert!(status.message.contains("\"csi-provisioner\""), "{status:?}");
         }
-        other => panic!("the provisioner identity must not list namespaces: {other:?}"),
+        other => panic!("the provisioner identity must not list secrets: {other:?}"),
     }
 }
