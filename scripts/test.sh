@@ -11,12 +11,11 @@ echo "== test bed (Go: etcd, kube-apiserver, kube-controller-manager, upstream C
 bash testbed/build.sh >/dev/null
 echo "== cargo build"
 cargo build --workspace --bins --tests
-if command -v podman >/dev/null; then
-  # The image's static binary (a release build), for tests/image.rs: built now
-  # rather than inside that test, beside the others.
-  echo "== cargo build (static binary for the image)"
-  bash scripts/image.sh --binary-only >/dev/null
-fi
+# The image's static binaries (release builds, one per architecture, in a target
+# directory kept across runs) and its SBOM, for tests/image.rs: built now rather
+# than inside that test, beside the others.
+echo "== cargo build (static binaries for the image, each architecture; SBOM)"
+bash scripts/image.sh --binaries-only >/dev/null
 export CSI_TESTBED_DIR=$(mktemp -d /tmp/csi-testbed.XXXXXX)
 export CSI_TESTBED_OWNER_PID=$$
 cleanup() { bash testbed/cluster.sh down "$CSI_TESTBED_DIR" || true; }
