@@ -19,9 +19,8 @@
 #
 # Architectures: amd64 is compiled with musl-gcc, the others with zig as the
 # cross C compiler and linker (cargo-zigbuild; zig from PyPI's `ziglang`).
-# Upstream also ships arm, ppc64le and s390x. They are mapped below but
-# untried, and not in the default, because the project's machines get no
-# standard library for them:
+# Upstream also ships arm, ppc64le and s390x. rustup serves no standard
+# library for their musl targets on the project's machines:
 #   rustup target add armv7-unknown-linux-musleabihf   (so too
 #   powerpc64le-unknown-linux-musl, arm-unknown-linux-musleabihf)
 #     error: component download failed for rust-std-armv7-unknown-linux-musleabihf:
@@ -29,7 +28,11 @@
 #   rustup target add s390x-unknown-linux-musl   (tier 3: none is prebuilt)
 #     error: toolchain 'stable-x86_64-unknown-linux-gnu' has no prebuilt
 #     artifacts available for target 's390x-unknown-linux-musl'
-# tests/image.rs knows how to run amd64 and arm64 binaries only.
+# so for those the standard library is compiled from source with the rest
+# (NIGHTLY, default `nightly`, with its rust-src: -Zbuild-std is unstable),
+# linked against zig's own musl. They are not in the default ARCHES: each is
+# one more release build of everything, std included (see README for what is
+# tried and what is not).
 #
 # Everything the build needs is installed here if missing, because CI starts
 # from a clean clone: the rust targets, musl-tools, llvm (llvm-objcopy), podman
@@ -39,11 +42,14 @@
 # (IMAGE_TARGET_DIR, default ~/.cache/csi-provisioner-image/target), so a
 # fresh clone on the same machine only recompiles this crate.
 set -euo pipefail
+# A failed build inside `binary[...]=$(build ...)` must stop the script too.
+shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
 
 IMAGE=${IMAGE:-csi-provisioner:dev}
 ENGINE=${ENGINE:-podman}
 ARCHES=${ARCHES:-amd64 arm64}
+NIGHTLY=${NIGHTLY:-nightly}
 TOOLS=${TOOLS:-$HOME/.cache/csi-provisioner-tools}
 ZIG_VERSION=0.15.2
 ZIGBUILD_VERSION=0.24.1
@@ -62,6 +68,14 @@ rust_target() {
 		ppc64le) echo powerpc64le-unknown-linux-musl ;;
 		s390x) echo s390x-unknown-linux-musl ;;
 		*) say "unknown architecture $1 (amd64, arm64, arm, ppc64le, s390x)"; exit 2 ;;
+	esac
+}
+
+# Whether an architecture's standard library is compiled here (see above).
+from_source() {
+	case $1 in
+		arm | ppc64le | s390x) return 0 ;;
+		*) return 1 ;;
 	esac
 }
 
@@ -93,14 +107,20 @@ cargo_tool() {
 installed_targets=$(rustup target list --installed 2>/dev/null || true)
 for arch in $ARCHES; do
 	target=$(rust_target "$arch")
-	if ! grep -qx "$target" <<<"$installed_targets"; then
+	if from_source "$arch"; then
+		if ! rustup component list --installed --toolchain "$NIGHTLY" 2>/dev/null | grep -q '^rust-src'; then
+			say "installing the $NIGHTLY toolchain's rust-src (the standard library of $target is built from it)"
+			rustup toolchain install "$NIGHTLY" --profile minimal --component rust-src >&2
+		fi
+	elif ! grep -qx "$target" <<<"$installed_targets"; then
 		command -v rustup >/dev/null || { say "the $target target is missing and rustup is not installed"; exit 1; }
 		say "adding the rust target $target"
 		rustup target add "$target" >&2 || { say "no standard library for $target: leave $arch out of ARCHES"; exit 1; }
 	fi
 done
 debian musl-gcc musl-tools
-# tests/image.rs runs each foreign binary under user-mode emulation.
+# tests/image.rs runs each foreign binary under user-mode emulation (the
+# package has every architecture's emulator).
 if [ "$ARCHES" != amd64 ]; then debian qemu-aarch64-static qemu-user-static; fi
 zig_dir="$TOOLS/ziglang-$ZIG_VERSION/ziglang"
 if [ "$ARCHES" != amd64 ]; then
@@ -134,8 +154,18 @@ build() {
 			cargo build --release --locked --target "$target" -p csi-provisioner --bin csi-provisioner >&2
 		install -m 0755 "$built" "$staged.$$"
 	else
-		env "CARGO_TARGET_${env_target^^}_LINKER=$link" ZIG_LINK_TARGET="$env_target" PATH="$zig_dir:$PATH" \
-			"$TOOLS/bin/cargo-zigbuild" zigbuild \
+		local from_source=()
+		if from_source "$arch"; then
+			# The standard library from source; its C start-up files from zig's
+			# musl, since rustup's self-contained ones come with the rust-std
+			# component this target does not have.
+			# cargo-zigbuild runs $CARGO when set, as it is under `cargo test`:
+			# that is stable's cargo, which refuses -Z.
+			from_source=(-u CARGO RUSTUP_TOOLCHAIN="$NIGHTLY" "RUSTFLAGS=-C link-self-contained=no")
+		fi
+		env "${from_source[@]}" "CARGO_TARGET_${env_target^^}_LINKER=$link" ZIG_LINK_TARGET="$env_target" \
+			PATH="$zig_dir:$PATH" "$TOOLS/bin/cargo-zigbuild" zigbuild \
+			${from_source:+-Zbuild-std=std,panic_abort} \
 			--release --locked --target "$target" -p csi-provisioner --bin csi-provisioner >&2
 		# The profile's `strip = "debuginfo"`, which zig-link.sh kept from zig.
 		# llvm-objcopy reads every architecture; `zig objcopy --strip-debug`

@@ -18,9 +18,15 @@ use std::process::{Command, Output};
 use serde_json::Value;
 use support::{Rig, unique_name};
 
-/// What `make image` builds by default: upstream's architectures that build here
-/// (scripts/image.sh says why not arm, ppc64le and s390x).
-const ARCHES: [&str; 2] = ["amd64", "arm64"];
+/// The architectures scripts/image.sh builds: its `ARCHES`, by default amd64 and arm64
+/// (scripts/image.sh says how arm, ppc64le and s390x are built, and why not by default).
+fn arches() -> Vec<String> {
+    std::env::var("ARCHES")
+        .unwrap_or_else(|_| "amd64 arm64".into())
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
 
 /// A tag of our own, so concurrent runs and `make image`'s `csi-provisioner:dev` never meet;
 /// removed when the test ends, however it ends.
@@ -156,31 +162,35 @@ fn unpack(image: &str, dir: &Path) -> PathBuf {
     rootfs
 }
 
-/// The ELF machine (`e_machine`) each architecture's binary is built for.
-fn elf_machine(arch: &str) -> u16 {
+/// The ELF machine (`e_machine`) each architecture's binary is built for, and the Debian
+/// user-mode emulator that runs it on another machine.
+fn elf_machine(arch: &str) -> (usize, &'static str) {
     match arch {
-        "amd64" => 62,
-        "arm64" => 183,
+        "amd64" => (62, "x86_64"),
+        "arm64" => (183, "aarch64"),
+        "arm" => (40, "arm"),
+        "ppc64le" => (21, "ppc64le"),
+        "s390x" => (22, "s390x"),
         other => panic!("no ELF machine known for {other}"),
     }
 }
 
 /// The command that runs a binary of `arch` here: itself, or Debian's user-mode emulator.
-fn runner(arch: &str) -> Option<&'static str> {
-    match (arch, std::env::consts::ARCH) {
-        ("amd64", "x86_64") | ("arm64", "aarch64") => None,
-        ("arm64", _) => Some("qemu-aarch64-static"),
-        (other, _) => panic!("no emulator known for {other}"),
-    }
+fn runner(arch: &str) -> Option<String> {
+    let (_, qemu) = elf_machine(arch);
+    let native = std::env::consts::ARCH;
+    let same = native == qemu || (native == "powerpc64" && qemu == "ppc64le");
+    (!same).then(|| format!("qemu-{qemu}-static"))
 }
 
 /// Checks an architecture's binary: built for it, static, and it prints our version (under
 /// emulation where it is foreign). Returns the command line that runs it.
 fn check_binary(arch: &str, binary: &Path, dir: &Path) -> PathBuf {
-    let elf = std::fs::read(binary).unwrap();
+    let bytes = std::fs::read(binary).unwrap();
+    let elf = Elf::parse(&bytes);
     assert_eq!(
-        u16::from_le_bytes([elf[18], elf[19]]),
-        elf_machine(arch),
+        elf.machine(),
+        elf_machine(arch).0,
         "{arch}: {}",
         binary.display()
     );
@@ -305,8 +315,8 @@ fn sbom_beside(arch: &str) -> Value {
 #[tokio::test]
 async fn each_architectures_binary_runs_under_emulation_and_provisions_a_claim() {
     let built = binaries();
-    let arches: Vec<&str> = built.iter().map(|(a, _)| a.as_str()).collect();
-    assert_eq!(arches, ARCHES);
+    let built_arches: Vec<String> = built.iter().map(|(a, _)| a.clone()).collect();
+    assert_eq!(built_arches, arches());
     let dir = tempfile::tempdir().unwrap();
     for (arch, binary) in &built {
         let launcher = check_binary(arch, binary, dir.path());
@@ -315,28 +325,74 @@ async fn each_architectures_binary_runs_under_emulation_and_provisions_a_claim()
     }
 }
 
+/// Enough of an ELF file to check a binary of any of upstream's architectures: either class
+/// (arm is 32-bit) and either byte order (s390x is big-endian).
+struct Elf<'a> {
+    bytes: &'a [u8],
+    wide: bool,
+    big: bool,
+}
+
+impl<'a> Elf<'a> {
+    fn parse(bytes: &'a [u8]) -> Self {
+        assert_eq!(&bytes[..4], b"\x7fELF", "an ELF file");
+        Elf {
+            bytes,
+            wide: bytes[4] == 2,
+            big: bytes[5] == 2,
+        }
+    }
+
+    /// The unsigned number of `size` bytes at `at`, in the file's byte order.
+    fn uint(&self, at: usize, size: usize) -> usize {
+        let bytes = &self.bytes[at..at + size];
+        let fold = |n: usize, b: &u8| (n << 8) | usize::from(*b);
+        if self.big {
+            bytes.iter().fold(0, fold)
+        } else {
+            bytes.iter().rev().fold(0, fold)
+        }
+    }
+
+    fn machine(&self) -> usize {
+        self.uint(18, 2)
+    }
+
+    /// Each program header's type (`p_type`).
+    fn program_header_types(&self) -> Vec<usize> {
+        let (at, size, count) = if self.wide {
+            (self.uint(32, 8), self.uint(54, 2), self.uint(56, 2))
+        } else {
+            (self.uint(28, 4), self.uint(42, 2), self.uint(44, 2))
+        };
+        (0..count).map(|i| self.uint(at + i * size, 4)).collect()
+    }
+
+    /// Each section's type (`sh_type`).
+    fn section_types(&self) -> Vec<usize> {
+        let (at, size, count) = if self.wide {
+            (self.uint(40, 8), self.uint(58, 2), self.uint(60, 2))
+        } else {
+            (self.uint(32, 4), self.uint(46, 2), self.uint(48, 2))
+        };
+        (0..count)
+            .map(|i| self.uint(at + i * size + 4, 4))
+            .collect()
+    }
+}
+
 /// Whether an ELF executable asks for a program interpreter (`PT_INTERP`): a dynamically
 /// linked binary does, and would not start in a base that has no libc.
-fn asks_for_an_interpreter(elf: &[u8]) -> bool {
-    assert_eq!(&elf[..4], b"\x7fELF", "an ELF file");
-    assert_eq!(elf[4], 2, "64-bit");
-    let u16_at = |at: usize| u16::from_le_bytes(elf[at..at + 2].try_into().unwrap()) as usize;
-    let u32_at = |at: usize| u32::from_le_bytes(elf[at..at + 4].try_into().unwrap());
-    let phoff = u64::from_le_bytes(elf[32..40].try_into().unwrap()) as usize;
-    let (phentsize, phnum) = (u16_at(54), u16_at(56));
-    const PT_INTERP: u32 = 3;
-    (0..phnum).any(|i| u32_at(phoff + i * phentsize) == PT_INTERP)
+fn asks_for_an_interpreter(elf: &Elf) -> bool {
+    const PT_INTERP: usize = 3;
+    elf.program_header_types().contains(&PT_INTERP)
 }
 
 /// Whether an ELF executable kept its symbol table (a `SHT_SYMTAB` section), which the release
 /// profile's `strip = "debuginfo"` keeps for `--enable-pprof`.
-fn has_a_symbol_table(elf: &[u8]) -> bool {
-    let u16_at = |at: usize| u16::from_le_bytes(elf[at..at + 2].try_into().unwrap()) as usize;
-    let u32_at = |at: usize| u32::from_le_bytes(elf[at..at + 4].try_into().unwrap());
-    let shoff = u64::from_le_bytes(elf[40..48].try_into().unwrap()) as usize;
-    let (shentsize, shnum) = (u16_at(58), u16_at(60));
-    const SHT_SYMTAB: u32 = 2;
-    (0..shnum).any(|i| u32_at(shoff + i * shentsize + 4) == SHT_SYMTAB)
+fn has_a_symbol_table(elf: &Elf) -> bool {
+    const SHT_SYMTAB: usize = 2;
+    elf.section_types().contains(&SHT_SYMTAB)
 }
 
 #[tokio::test]
@@ -353,7 +409,8 @@ async fn the_image_is_upstreams_shape_and_its_binary_provisions_a_claim() {
     let tag = format!("localhost/csi-provisioner:{}", unique_name("test"));
     let _image = build(&tag);
     // Each architecture's image too, however the test ends.
-    let _arch_images: Vec<Image> = ARCHES
+    let arches = arches();
+    let _arch_images: Vec<Image> = arches
         .iter()
         .map(|arch| Image {
             tag: format!("{tag}-{arch}"),
@@ -380,12 +437,12 @@ async fn the_image_is_upstreams_shape_and_its_binary_provisions_a_claim() {
             )
         })
         .collect();
-    let want: Vec<(&str, &str)> = ARCHES.iter().map(|a| ("linux", *a)).collect();
+    let want: Vec<(&str, &str)> = arches.iter().map(|a| ("linux", a.as_str())).collect();
     assert_eq!(platforms, want, "{list}");
 
     let dir = tempfile::tempdir().unwrap();
     let mut amd64 = None;
-    for arch in ARCHES {
+    for arch in arches.iter().map(String::as_str) {
         let image = format!("{tag}-{arch}");
         check_config(&image, arch);
         // The filesystem: FROM scratch, the binary and its SBOM are all there is.
