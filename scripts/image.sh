@@ -31,8 +31,10 @@
 # so for those the standard library is compiled from source with the rest
 # (NIGHTLY, default `nightly`, with its rust-src: -Zbuild-std is unstable),
 # linked against zig's own musl. They are not in the default ARCHES: each is
-# one more release build of everything, std included (see README for what is
-# tried and what is not).
+# one more release build of everything, std included. arm and ppc64le build
+# so; s390x does not, nix 0.26.4 (from pprof) fails to compile for it:
+#   error[E0428]: the name `fs_type_t` is defined multiple times
+#     --> nix-0.26.4/src/sys/statfs.rs:68:1
 #
 # Everything the build needs is installed here if missing, because CI starts
 # from a clean clone: the rust targets, musl-tools, llvm (llvm-objcopy), podman
