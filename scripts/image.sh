@@ -11,6 +11,7 @@
 #           gcr.io/distroless/static:latest, when it is in local storage;
 #           otherwise scratch, which needs no registry: see below)
 #   ENGINE  podman (default) or docker
+#   NIGHTLY the toolchain for arm and ppc64le (default nightly; see below)
 #
 # `scripts/image.sh --binaries-only` stops after the static binaries and the
 # SBOMs, and prints one line per architecture: `ARCH PATH` (`make test` builds
@@ -38,8 +39,9 @@
 #
 # Everything the build needs is installed here if missing, because CI starts
 # from a clean clone: the rust targets, musl-tools, llvm (llvm-objcopy), podman
-# and qemu-user-static (Debian), and zig, cargo-zigbuild and cargo-cyclonedx into a tools directory
-# kept across runs (TOOLS, default ~/.cache/csi-provisioner-tools). The
+# and qemu-user-static (Debian), and zig, cargo-zigbuild and cargo-cyclonedx
+# into a tools directory kept across runs (TOOLS, default
+# ~/.cache/csi-provisioner-tools). The
 # release builds go to a target directory kept across runs as well
 # (IMAGE_TARGET_DIR, default ~/.cache/csi-provisioner-image/target), so a
 # fresh clone on the same machine only recompiles this crate.
