@@ -6,12 +6,16 @@
 # created by root accepts us; running as another user: README, "Running as
 # non-root").
 #
-# The build context is a directory holding only the static (musl) binary,
-# named csi-provisioner. By hand:
+# The build context is a directory holding only the static (musl) binary of
+# one architecture, named csi-provisioner, and the SBOM (CycloneDX, from
+# Cargo.lock), named sbom.cdx.json; scripts/image.sh builds one image per
+# architecture and a manifest list of them. By hand, for amd64:
 #
 #   cargo build --release --target x86_64-unknown-linux-musl --bin csi-provisioner
 #   mkdir ctx && cp target/x86_64-unknown-linux-musl/release/csi-provisioner ctx/
-#   podman build -f Dockerfile -t csi-provisioner:dev ctx
+#   cargo cyclonedx --format json --target x86_64-unknown-linux-musl \
+#       --override-filename sbom.cdx && mv sbom.cdx.json ctx/
+#   podman build --platform linux/amd64 -f Dockerfile -t csi-provisioner:dev ctx
 #
 # BASE=scratch builds with no registry at all: the binary needs no libc, no
 # shell and no file of the base.
@@ -29,4 +33,5 @@ LABEL org.opencontainers.image.title="csi-provisioner" \
       org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.base.name="${BASE}"
 COPY csi-provisioner /csi-provisioner
+COPY sbom.cdx.json /sbom.cdx.json
 ENTRYPOINT ["/csi-provisioner"]

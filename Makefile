@@ -15,9 +15,10 @@ test:
 demo:
 	@bash scripts/demo.sh
 
-# The container image (static musl binary on upstream's base; FROM scratch
-# when that base is not in local storage). IMAGE=, BASE=, ENGINE=docker: see
-# scripts/image.sh.
+# The container image: static musl binaries for amd64 and arm64 (arm64
+# cross-built with zig) on upstream's base (FROM scratch when that base is not
+# in local storage), one manifest list, a CycloneDX SBOM in each image and
+# beside it. IMAGE=, ARCHES=, BASE=, ENGINE=docker: see scripts/image.sh.
 image:
 	@bash scripts/image.sh
 

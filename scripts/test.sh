@@ -18,12 +18,11 @@ fi
 # CI builds once from a clean clone: incremental state (GBs) would never be reused.
 if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
 cargo build --workspace --bins --tests
-if command -v podman >/dev/null; then
-  # The image's static binary (a release build), for tests/image.rs: built now
-  # rather than inside that test, beside the others.
-  echo "== cargo build (static binary for the image)"
-  bash scripts/image.sh --binary-only >/dev/null
-fi
+# The image's static binaries (release builds, one per architecture, in a target
+# directory kept across runs) and its SBOM, for tests/image.rs: built now rather
+# than inside that test, beside the others.
+echo "== cargo build (static binaries for the image, each architecture; SBOM)"
+bash scripts/image.sh --binaries-only >/dev/null
 export CSI_TESTBED_DIR=$(mktemp -d /tmp/csi-testbed.XXXXXX)
 export CSI_TESTBED_OWNER_PID=$$
 cleanup() { bash testbed/cluster.sh down "$CSI_TESTBED_DIR" || true; }

@@ -133,12 +133,18 @@ fn seconds(query: Option<&str>) -> u64 {
 /// Samples for `seconds`, then answers the profile (uncompressed protobuf: `go tool pprof`
 /// reads it as it reads Go's gzipped one).
 async fn cpu(seconds: u64) -> Response<Full<Bytes>> {
-    let guard = match pprof::ProfilerGuardBuilder::default()
-        .frequency(HZ)
-        // Unwinding from inside these from a signal handler can deadlock (pprof-rs' advice).
-        .blocklist(&["libc", "libgcc", "pthread", "vdso"])
-        .build()
-    {
+    let builder = pprof::ProfilerGuardBuilder::default().frequency(HZ);
+    // Unwinding from inside these from a signal handler can deadlock (pprof-rs' advice).
+    // pprof-rs has the list only where it unwinds by frame pointer itself: not on the image's
+    // arm, ppc64le and s390x builds, where it unwinds with backtrace-rs.
+    #[cfg(any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "riscv64",
+        target_arch = "loongarch64"
+    ))]
+    let builder = builder.blocklist(&["libc", "libgcc", "pthread", "vdso"]);
+    let guard = match builder.build() {
         Ok(guard) => guard,
         // Go's words for a second profile at once.
         Err(pprof::Error::Running) => return failed("cpu profiling already in use".into()),
