@@ -7,7 +7,7 @@ mod support;
 
 use std::process::Command;
 
-use support::{Rig, free_address, get, wait_serving};
+use support::{Rig, Sidecar, free_address, get, wait_serving};
 
 /// The few fields of pprof's `perftools.profiles.Profile` the test reads (field numbers of
 /// github.com/google/pprof's profile.proto).
@@ -189,4 +189,87 @@ async fn without_the_flag_nothing_is_served_under_debug_pprof() {
         assert_eq!(reply.status, 404, "{path}: {}", reply.body);
     }
     rig.cleanup().await;
+}
+
+/// What a profile is, as `go tool pprof -raw` prints it: its period type, period and sample
+/// types (the samples themselves differ by nature).
+fn profile_shape(profile: &[u8]) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cpu.pb");
+    std::fs::write(&path, profile).unwrap();
+    let out = Command::new("go")
+        .args(["tool", "pprof", "-raw"])
+        .arg(&path)
+        .output()
+        .expect("running go tool pprof");
+    let raw = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "go tool pprof -raw: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut lines = raw.lines();
+    let mut shape: Vec<String> = Vec::new();
+    while let Some(line) = lines.next() {
+        if line.starts_with("PeriodType:") || line.starts_with("Period:") {
+            shape.push(line.trim().to_string());
+        }
+        if line.starts_with("Samples:") {
+            shape.push(lines.next().unwrap_or_default().trim().to_string());
+        }
+    }
+    shape
+}
+
+/// What an operator's tools see of `--enable-pprof`, from upstream v6.3 and from ours on the
+/// same flags: the CPU profile's path, type and shape as `go tool pprof` reads it, the command
+/// line, an unknown profile's answer. The one difference (docs/compatibility.md): Go's heap
+/// profile, which upstream serves and ours answers 501.
+#[tokio::test]
+async fn upstream_and_ours_serve_the_same_profile_paths() {
+    let mut seen = Vec::new();
+    for who in [Sidecar::Upstream, Sidecar::Ours] {
+        let address = free_address();
+        let mut rig = Rig::builder("pprof-sbs").start_for(who).await;
+        let endpoint = format!("--http-endpoint={address}");
+        let _upstream = rig.start_as(who, &[&endpoint, "--enable-pprof"]);
+        wait_serving(&rig, &address, "/metrics").await;
+        let index = get(&address, "/debug/pprof/", None).await.unwrap();
+        let profile = get(&address, "/debug/pprof/profile?seconds=1", None)
+            .await
+            .unwrap();
+        assert_eq!(profile.status, 200, "{who:?}: {}", profile.body);
+        let cmdline = get(&address, "/debug/pprof/cmdline", None).await.unwrap();
+        let args: Vec<&str> = cmdline.body.split('\0').collect();
+        let unknown = get(&address, "/debug/pprof/nonsense", None).await.unwrap();
+        let heap = get(&address, "/debug/pprof/heap", None).await.unwrap();
+        seen.push((
+            who,
+            (
+                index.status,
+                index.content_type.starts_with("text/html"),
+                profile.content_type.clone(),
+                profile_shape(&profile.bytes),
+                cmdline.status,
+                args.contains(&"--enable-pprof"),
+                unknown.status,
+                unknown.body.clone(),
+            ),
+            heap.status,
+        ));
+        rig.cleanup().await;
+    }
+    eprintln!("side by side: {seen:#?}");
+    let (upstream, ours) = (&seen[0], &seen[1]);
+    assert_eq!(ours.1, upstream.1, "ours (left) and upstream v6.3 (right)");
+    assert!(
+        upstream.1.3.iter().any(|l| l.contains("cpu")),
+        "a CPU profile: {:?}",
+        upstream.1.3
+    );
+    assert_eq!(
+        (upstream.2, ours.2),
+        (200, 501),
+        "heap: upstream serves it, ours cannot"
+    );
 }
