@@ -150,7 +150,10 @@ async fn find_volume(
     if let Some(v) = ctx.claims.created(view.uid()) {
         return Ok(Some(v.volume_id));
     }
-    let request = gather::for_cleanup(ctx, claim, class, plan).await;
+    // No create of this claim can have reached the driver: nothing to delete.
+    let Some(request) = gather::for_cleanup(ctx, claim, class, plan).await? else {
+        return Ok(None);
+    };
     if !ctx.leader.is_leader() {
         return Err(ClaimError::NotLeader);
     }

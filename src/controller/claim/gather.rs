@@ -99,42 +99,77 @@ pub async fn for_create(
 /// rebuilt now (the cleanup of a deleted claim asks the driver again by name
 /// to learn the volume's handle): the same source handle, requirements,
 /// mutable parameters and secret where they can still be read.
+///
+/// `None`: no create of this claim can have reached the driver, so there is
+/// nothing to ask for. A restore or clone is sent only with its source's
+/// handle, after the source is protected; a source that is gone, or never
+/// had a handle, was never sent. Asking without it would make a volume the
+/// create never asked for, which every later (correct) request then meets
+/// as `AlreadyExists`. A source that cannot be read now is an error: retried.
 pub async fn for_cleanup(
     ctx: &Context,
     claim: &PersistentVolumeClaim,
     class: &StorageClass,
     plan: &Plan,
-) -> pb::CreateVolumeRequest {
-    // A restore's source is the snapshot's handle, read from its content (our
-    // finalizer keeps the snapshot while the claim holds the intent); a
-    // clone's is the source claim's volume (protected while this claim, pending,
-    // names it). Without it the driver would answer AlreadyExists.
+) -> Result<Option<pb::CreateVolumeRequest>, ClaimError> {
     let content_source = match (&plan.snapshot, &plan.clone) {
-        (Some(source), _) => match read_snapshot(ctx, source).await {
-            Ok((_, Some(content))) => content
-                .status
-                .and_then(|s| s.snapshot_handle)
-                .map(provision::snapshot::from_handle),
-            _ => None,
+        (Some(source), _) => match snapshot_handle(ctx, source).await? {
+            Some(handle) => Some(provision::snapshot::from_handle(handle)),
+            None => return Ok(None),
         },
-        (None, Some(source)) => source_volume(ctx, &source.namespace, &source.name)
-            .await
-            .map(provision::clone::from_volume),
+        (None, Some(source)) => match source_volume(ctx, &source.namespace, &source.name).await? {
+            Some(handle) => Some(provision::clone::from_volume(handle)),
+            None => return Ok(None),
+        },
         (None, None) => None,
     };
     let mutable_parameters = match ClaimView(claim).vac_name(&ctx.options) {
         Some(name) => vac_parameters(ctx, name).await.unwrap_or_default(),
         None => HashMap::new(),
     };
-    plan.request(Gathered {
-        content_source,
-        mutable_parameters,
-        accessibility_requirements: topology(ctx, claim, class).await.ok().flatten(),
-        secrets: backend::secret_data_or_none(ctx, plan.provisioner_secret()).await,
-        metadata_parameters: metadata_parameters(ctx, claim, plan)
-            .await
-            .unwrap_or_default(),
-    })
+    Ok(Some(
+        plan.request(Gathered {
+            content_source,
+            mutable_parameters,
+            accessibility_requirements: topology(ctx, claim, class).await.ok().flatten(),
+            secrets: backend::secret_data_or_none(ctx, plan.provisioner_secret()).await,
+            metadata_parameters: metadata_parameters(ctx, claim, plan)
+                .await
+                .unwrap_or_default(),
+        }),
+    ))
+}
+
+/// The handle of the snapshot a restore was made from: `None` when the
+/// snapshot or its content is gone or has none (no restore was sent).
+async fn snapshot_handle(
+    ctx: &Context,
+    source: &SnapshotSource,
+) -> Result<Option<String>, ClaimError> {
+    let unreadable = |e: kube::Error| ClaimError::DataSource {
+        kind: "VolumeSnapshot",
+        name: source.name.clone(),
+        reason: api_message(&e),
+    };
+    let snapshots = Api::<VolumeSnapshot>::namespaced(ctx.client.clone(), &source.namespace);
+    let snapshot = get_fresh(&snapshots, &source.name)
+        .await
+        .map_err(unreadable)?;
+    let Some(content) = snapshot
+        .and_then(|s| s.status)
+        .and_then(|s| s.bound_volume_snapshot_content_name)
+    else {
+        return Ok(None);
+    };
+    let content = get_fresh(
+        &Api::<VolumeSnapshotContent>::all(ctx.client.clone()),
+        &content,
+    )
+    .await
+    .map_err(unreadable)?;
+    Ok(content
+        .and_then(|c| c.status)
+        .and_then(|s| s.snapshot_handle))
 }
 
 /// The listed labels and annotations of the claim and of its namespace as
@@ -278,18 +313,30 @@ async fn read_snapshot(
     Ok((snapshot, content))
 }
 
-/// The volume handle of a source claim's PV, if both can be read.
-async fn source_volume(ctx: &Context, namespace: &str, name: &str) -> Option<String> {
-    let original = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), namespace)
-        .get(name)
+/// The volume handle of a source claim's PV: `None` when the claim or its PV
+/// is gone, unbound or not CSI (no clone of it was sent).
+async fn source_volume(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<String>, ClaimError> {
+    let unreadable = |e: kube::Error| ClaimError::DataSource {
+        kind: "PersistentVolumeClaim",
+        name: name.to_string(),
+        reason: api_message(&e),
+    };
+    let claims = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), namespace);
+    let original = get_fresh(&claims, name).await.map_err(unreadable)?;
+    let Some(pv_name) = original
+        .as_ref()
+        .and_then(|c| ClaimView(c).volume_name().map(str::to_string))
+    else {
+        return Ok(None);
+    };
+    let pv = get_fresh(&Api::<PersistentVolume>::all(ctx.client.clone()), &pv_name)
         .await
-        .ok()?;
-    let pv_name = ClaimView(&original).volume_name()?.to_string();
-    let pv = Api::<PersistentVolume>::all(ctx.client.clone())
-        .get(&pv_name)
-        .await
-        .ok()?;
-    pv.spec?.csi.map(|csi| csi.volume_handle)
+        .map_err(unreadable)?;
+    Ok(pv.and_then(|pv| pv.spec?.csi).map(|csi| csi.volume_handle))
 }
 
 /// The parameters of the VolumeAttributesClass `name`, read from the API

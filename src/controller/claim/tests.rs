@@ -1111,6 +1111,85 @@ async fn every_answer_while_cleaning_up_a_deleted_claim() {
     }
 }
 
+/// A deleted restore claim asks the driver for its volume only with the
+/// snapshot's handle: a snapshot that never had one, or is gone, was never
+/// sent (the create sends a restore only with it, after protecting the
+/// snapshot), so there is nothing to ask for; a snapshot that cannot be read
+/// now is retried. Asking without the handle would make a volume the create
+/// never asked for, that every later, correct, request meets as
+/// `AlreadyExists` (the policy-mode soak of 2026-12-06, seed 12, claim
+/// c-01973: intent from admission, deleted while its snapshot was not bound).
+#[tokio::test]
+async fn a_deleted_restore_claim_asks_for_its_volume_only_with_the_snapshots_handle() {
+    let mut d = deleted();
+    d.spec.as_mut().unwrap().data_source =
+        Some(k8s_openapi::api::core::v1::TypedLocalObjectReference {
+            api_group: Some("snapshot.storage.k8s.io".into()),
+            kind: "VolumeSnapshot".into(),
+            name: "snap".into(),
+        });
+    let ns = d.metadata.namespace.clone().unwrap();
+    let unbound = Reply::Object(json!({"apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshot", "metadata": {"name": "snap", "namespace": ns},
+        "spec": {"source": {"persistentVolumeClaimName": "origin"}}}));
+    let unbound_again = || match &unbound {
+        Reply::Object(v) => Reply::Object(v.clone()),
+        _ => unreachable!(),
+    };
+    const GET_SNAPSHOT: &str = "GET volumesnapshots/snap";
+    let caps = DriverCapabilities {
+        controller_service: true,
+        create_delete_volume: true,
+        create_delete_snapshot: true,
+        ..Default::default()
+    };
+    // (steps, ok, what)
+    let rows: Vec<(Vec<Step>, bool, &str)> = vec![
+        (
+            vec![
+                (get_pv(), Reply::Status(404)),
+                (GET_CLAIM, claim_object(&d)),
+                (GET_SNAPSHOT, unbound_again()),
+                (GET_SNAPSHOT, unbound_again()),
+                (RELEASE, claim_object(&d)),
+            ],
+            true,
+            "snapshot not bound to a content yet: no restore was sent; release",
+        ),
+        (
+            vec![
+                (get_pv(), Reply::Status(404)),
+                (GET_CLAIM, claim_object(&d)),
+                (GET_SNAPSHOT, Reply::Status(404)),
+                (GET_SNAPSHOT, Reply::Status(404)),
+                (RELEASE, claim_object(&d)),
+            ],
+            true,
+            "snapshot gone (it was never protected by a restore): release",
+        ),
+        (
+            vec![
+                (get_pv(), Reply::Status(404)),
+                (GET_CLAIM, claim_object(&d)),
+                (GET_SNAPSHOT, Reply::Status(500)),
+            ],
+            false,
+            "snapshot unreadable now: retry, nothing asked",
+        ),
+    ];
+    for (steps, ok, what) in rows {
+        let rig = Rig::new(steps, caps.clone()).await;
+        let r = rig.abandon(&d).await;
+        assert_eq!(r.is_ok(), ok, "{what}: {r:?}");
+        rig.assert_script_done();
+        assert_eq!(
+            rig.backend().await,
+            (0, 0, 0),
+            "{what}: no CreateVolume, no volume"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_cleanup_that_cannot_learn_the_handle_keeps_the_claim_and_says_why() {
     let d = deleted();
