@@ -110,21 +110,27 @@ async fn a_cpu_profile_taken_while_provisioning_reads_as_pprof() {
 
 /// `go tool pprof -top`: the format's real reader (Go is a prerequisite of the test bed).
 fn go_tool_pprof_reads(profile: &[u8]) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("cpu.pb");
-    std::fs::write(&path, profile).unwrap();
-    let out = Command::new("go")
-        .args(["tool", "pprof", "-top"])
-        .arg(&path)
-        .output()
-        .expect("running go tool pprof (Go is a prerequisite of the test bed)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "go tool pprof: {stderr}");
+    let (stdout, stderr) = go_tool_pprof("-top", profile);
     eprintln!("go tool pprof -top, first lines:\n{}", head(&stdout, 12));
     assert!(stdout.contains("Type: cpu"), "{stdout}\n{stderr}");
     assert!(stdout.contains("flat%"), "{stdout}\n{stderr}");
     assert!(stdout.contains("csi_provisioner"), "{stdout}\n{stderr}");
+}
+
+/// `go tool pprof <output> <profile>`: its stdout and stderr, after it succeeded.
+fn go_tool_pprof(output: &str, profile: &[u8]) -> (String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cpu.pb");
+    std::fs::write(&path, profile).unwrap();
+    let out = Command::new("go")
+        .args(["tool", "pprof", output])
+        .arg(&path)
+        .output()
+        .expect("running go tool pprof (Go is a prerequisite of the test bed)");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "go tool pprof {output}: {stderr}");
+    (stdout, stderr)
 }
 
 fn head(text: &str, lines: usize) -> String {
@@ -194,20 +200,7 @@ async fn without_the_flag_nothing_is_served_under_debug_pprof() {
 /// What a profile is, as `go tool pprof -raw` prints it: its period type, period and sample
 /// types (the samples themselves differ by nature).
 fn profile_shape(profile: &[u8]) -> Vec<String> {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("cpu.pb");
-    std::fs::write(&path, profile).unwrap();
-    let out = Command::new("go")
-        .args(["tool", "pprof", "-raw"])
-        .arg(&path)
-        .output()
-        .expect("running go tool pprof");
-    let raw = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "go tool pprof -raw: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (raw, _) = go_tool_pprof("-raw", profile);
     let mut lines = raw.lines();
     let mut shape: Vec<String> = Vec::new();
     while let Some(line) = lines.next() {

@@ -16,7 +16,7 @@ use csi_test_driver::control::Fault;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams};
 use kube_fault_proxy::{Fault as ApiFault, Rule};
-use support::{DEADLINE, Rig, free_address, unique_name, wait_serving};
+use support::{DEADLINE, Rig, StorageClassFixture, free_address, unique_name, wait_serving};
 
 /// The secret's value: unique per run, so no other text can contain it by chance.
 fn sentinel() -> String {
@@ -58,22 +58,26 @@ fn assert_absent(what: &str, text: &str, value: &str) {
     }
 }
 
+/// A class whose provisioner secret is the claim's `<name>-creds` in its namespace.
+fn secret_per_claim(class: StorageClassFixture) -> StorageClassFixture {
+    class
+        .param(
+            "csi.storage.k8s.io/provisioner-secret-name",
+            "${pvc.name}-creds",
+        )
+        .param(
+            "csi.storage.k8s.io/provisioner-secret-namespace",
+            "${pvc.namespace}",
+        )
+}
+
 /// Provisions and deletes a claim of a class whose provisioner secret is found
 /// through `${pvc.namespace}`/`${pvc.name}` templates, with our sidecar at
 /// `-v=10` in the given logging format; then looks for the secret everywhere.
 async fn secret_value_reaches_only_the_driver(logging_format: &str) {
     let value = sentinel();
     let rig = Rig::builder("secrets")
-        .class(|c| {
-            c.param(
-                "csi.storage.k8s.io/provisioner-secret-name",
-                "${pvc.name}-creds",
-            )
-            .param(
-                "csi.storage.k8s.io/provisioner-secret-namespace",
-                "${pvc.namespace}",
-            )
-        })
+        .class(secret_per_claim)
         .sidecar_args(&["-v=10", &format!("--logging-format={logging_format}")])
         .without_sidecar()
         .start()
@@ -172,16 +176,7 @@ async fn secret_value_stays_out_of_fault_paths(logging_format: &str) {
     let api = support::faulty_api().await;
     let address = free_address();
     let rig = Rig::builder("secrets-faults")
-        .class(|c| {
-            c.param(
-                "csi.storage.k8s.io/provisioner-secret-name",
-                "${pvc.name}-creds",
-            )
-            .param(
-                "csi.storage.k8s.io/provisioner-secret-namespace",
-                "${pvc.namespace}",
-            )
-        })
+        .class(secret_per_claim)
         .sidecar_args(&[
             "-v=10",
             &format!("--logging-format={logging_format}"),
