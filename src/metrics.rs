@@ -321,13 +321,16 @@ impl Metrics {
         *self.claims.0.lock().expect("poisoned") = Some(Box::new(reading));
     }
 
-    /// Times `step` as the provisioning stage `stage`.
-    pub fn stage(&self, stage: &str, took: std::time::Duration) {
+    /// Runs `step`, timed as the provisioning stage `stage` (whatever it answers).
+    pub async fn stage<T>(&self, stage: &str, step: impl std::future::Future<Output = T>) -> T {
+        let started = std::time::Instant::now();
+        let answer = step.await;
         self.provision_stage
             .get_or_create(&StageLabels {
                 stage: stage.into(),
             })
-            .observe(took.as_secs_f64());
+            .observe(started.elapsed().as_secs_f64());
+        answer
     }
 
     /// Counts an answer that showed the cache's copy of `object` stale.

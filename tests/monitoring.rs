@@ -13,7 +13,7 @@ use std::path::Path;
 use csi_provisioner::audit::findings::Report;
 use csi_provisioner::audit::prometheus as audit;
 use csi_provisioner::metrics::{
-    ClaimGauges, ClaimLabels, CsiOperationLabels, LeaseLabels, Metrics, VolumeLabels,
+    ClaimGauges, ClaimLabels, CsiOperationLabels, LeaseLabels, Metrics, StageLabels, VolumeLabels,
 };
 use prometheus_client::registry::Registry;
 
@@ -72,7 +72,11 @@ fn exported() -> Exported {
     m.leader_status.get_or_create(&lease).set(1);
     m.leader_slowpath.get_or_create(&lease).inc();
     let _claims = m.work_queue("claims");
-    m.stage("check", std::time::Duration::from_millis(5));
+    m.provision_stage
+        .get_or_create(&StageLabels {
+            stage: "check".into(),
+        })
+        .observe(0.005);
     m.stale("claim");
     m.read_claims_from(ClaimGauges::default);
 

@@ -107,10 +107,13 @@ async fn carry_out(
     } else {
         Earlier::None
     };
-    let started = std::time::Instant::now();
-    let volume = create_volume(ctx, claim, class, request, earlier).await;
-    ctx.metrics.stage("create_volume", started.elapsed());
-    let volume = volume?;
+    let volume = ctx
+        .metrics
+        .stage(
+            "create_volume",
+            create_volume(ctx, claim, class, request, earlier),
+        )
+        .await?;
     save(ctx, claim, class, &plan, volume).await?;
     if let Some(snapshot) = &plan.snapshot {
         protect::release_snapshot(ctx, snapshot).await;
@@ -272,10 +275,9 @@ async fn save(
         }
         Err(e) => return Err(e.into()),
     };
-    let started = std::time::Instant::now();
-    let saved = save_pv(ctx, claim, pv).await;
-    ctx.metrics.stage("save_pv", started.elapsed());
-    saved?;
+    ctx.metrics
+        .stage("save_pv", save_pv(ctx, claim, pv))
+        .await?;
     ctx.claims.mark_pv_saved(view.uid());
     let labels = labels(claim);
     ctx.metrics.provision_total.get_or_create(&labels).inc();

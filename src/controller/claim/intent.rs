@@ -72,19 +72,20 @@ pub async fn confirm(
     ctx: &Context,
     cached: &PersistentVolumeClaim,
 ) -> Result<Confirmed, ClaimError> {
-    let started = std::time::Instant::now();
-    let answer = match &ctx.intent {
-        IntentMode::Admission(freshness) if ClaimView(cached).holds_intent() => {
-            match freshness.check().await {
-                Fresh::Caught => as_cached(ctx, cached),
-                // Alone, or the cache did not catch up: one read, cheaper for
-                // the API server than the no-op write it replaces.
-                Fresh::Unknown => read(&ctx.client, cached).await?,
+    let check = async {
+        match &ctx.intent {
+            IntentMode::Admission(freshness) if ClaimView(cached).holds_intent() => {
+                Ok(match freshness.check().await {
+                    Fresh::Caught => as_cached(ctx, cached),
+                    // Alone, or the cache did not catch up: one read, cheaper for
+                    // the API server than the no-op write it replaces.
+                    Fresh::Unknown => read(&ctx.client, cached).await?,
+                })
             }
+            _ => record(&ctx.client, cached).await,
         }
-        _ => record(&ctx.client, cached).await?,
     };
-    ctx.metrics.stage("check", started.elapsed());
+    let answer = ctx.metrics.stage("check", check).await?;
     if let Confirmed::Changed(_) = answer {
         ctx.metrics.stale("claim");
     }
