@@ -35,8 +35,16 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         method: Option<String>,
     },
-    /// Lets every call hung on `method` proceed, and stops hanging new ones.
+    /// Lets every call hung or held on `method` proceed (a call held after it ran sends its
+    /// answer), and stops hanging new ones.
     Release { method: String },
+    /// Ends every call held by a `hold` fault on `method` (every method when absent): one
+    /// held before it ran never runs, one held after it ran has its answer discarded. Both
+    /// answer `UNAVAILABLE` (the caller is normally gone by then).
+    Drop {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        method: Option<String>,
+    },
     /// Exits the process at once with status 137, as if `kill -9`ed: no cleanup, sockets left
     /// behind. The response is sent before exiting (best effort).
     Crash,
@@ -73,6 +81,14 @@ pub enum Fault {
     CreateReportsCapacity { bytes: i64, count: u32 },
     /// Every call blocks until a `release` command for this method.
     Hang,
+    /// The `nth` call of this method from now on (1: the next one) is held until `release`
+    /// or `drop`: before it does anything (`after: false`), or after it ran — its outcome
+    /// in the ledger — with its answer held (`after: true`). The calls before it pass.
+    Hold {
+        nth: u32,
+        #[serde(default)]
+        after: bool,
+    },
     /// `CreateVolume` only: a name that exists is answered with its volume whatever the
     /// parameters, like a backend that never compares them (the spec asks for
     /// `ALREADY_EXISTS`).
@@ -129,6 +145,9 @@ pub struct Stats {
     pub calls: BTreeMap<String, u64>,
     /// Calls currently blocked by a `hang` fault, per method.
     pub hung: BTreeMap<String, u64>,
+    /// Calls currently held by a `hold` fault, per method.
+    #[serde(default)]
+    pub held: BTreeMap<String, u64>,
     /// What `Probe` answers.
     pub ready: bool,
     /// Volumes currently held.
@@ -297,6 +316,16 @@ impl Client {
         .map(drop)
     }
 
+    /// Ends the calls held on `method` (every method when `None`) without running them or
+    /// sending their answers.
+    pub async fn drop_held(&self, method: Option<&str>) -> Result<(), ClientError> {
+        self.expect_ok(&Request::Drop {
+            method: method.map(str::to_string),
+        })
+        .await
+        .map(drop)
+    }
+
     /// Makes the driver exit at once (status 137). Succeeds when the driver acknowledged or
     /// went away; it does not wait for the process to be reaped.
     pub async fn crash(&self) -> Result<(), ClientError> {
@@ -330,16 +359,37 @@ impl Client {
         count: u64,
         timeout: Duration,
     ) -> Result<(), ClientError> {
+        self.wait_for(method, count, timeout, |s| &s.hung).await
+    }
+
+    /// Waits until at least `count` calls of `method` are held by a `hold` fault.
+    pub async fn wait_for_held(
+        &self,
+        method: &str,
+        count: u64,
+        timeout: Duration,
+    ) -> Result<(), ClientError> {
+        self.wait_for(method, count, timeout, |s| &s.held).await
+    }
+
+    async fn wait_for(
+        &self,
+        method: &str,
+        count: u64,
+        timeout: Duration,
+        which: fn(&Stats) -> &BTreeMap<String, u64>,
+    ) -> Result<(), ClientError> {
         let deadline = Instant::now() + timeout;
         loop {
-            let hung = self.stats().await?.hung.get(method).copied().unwrap_or(0);
+            let stats = self.stats().await?;
+            let hung = which(&stats).get(method).copied().unwrap_or(0);
             if hung >= count {
                 return Ok(());
             }
             if Instant::now() >= deadline {
                 return Err(ClientError::Io(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    format!("{hung} of {count} {method} calls hung after {timeout:?}"),
+                    format!("{hung} of {count} {method} calls waiting after {timeout:?}"),
                 )));
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -376,6 +426,22 @@ mod tests {
             (
                 Request::ClearFaults { method: None },
                 r#"{"cmd":"clear_faults"}"#,
+            ),
+            (
+                Request::SetFault {
+                    method: "DeleteVolume".into(),
+                    fault: Fault::Hold {
+                        nth: 2,
+                        after: true,
+                    },
+                },
+                r#"{"cmd":"set_fault","method":"DeleteVolume","fault":{"kind":"hold","nth":2,"after":true}}"#,
+            ),
+            (
+                Request::Drop {
+                    method: Some("CreateVolume".into()),
+                },
+                r#"{"cmd":"drop","method":"CreateVolume"}"#,
             ),
             (
                 Request::SetReady { ready: false },

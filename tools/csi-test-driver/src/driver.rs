@@ -16,7 +16,7 @@ use csi_proto::v1::controller_service_capability::rpc::Type as ControllerCapabil
 use csi_proto::v1::volume_capability::access_mode::Mode as AccessMode;
 use tonic::{Request, Response, Status};
 
-use crate::faults::{FaultTable, Verdict};
+use crate::faults::{Decision, FaultTable, Verdict};
 use crate::ledger::{ContentSource, Ledger, OperationRecord, SnapshotRecord, VolumeRecord, now_ms};
 
 /// Size given to a volume whose request has no capacity range.
@@ -250,6 +250,18 @@ impl Driver {
             tracing::debug!(method, request = ?request, "call");
             let result = match driver.faults.before_call(method).await {
                 Verdict::Proceed => op(&driver, request),
+                Verdict::ProceedThenHold => {
+                    let result = op(&driver, request);
+                    match driver.faults.hold_answer(method).await {
+                        Decision::Release => result,
+                        Decision::Drop => Err(Status::unavailable(format!(
+                            "{method}: answer dropped by the test driver (the call ran)"
+                        ))),
+                    }
+                }
+                Verdict::Dropped => Err(Status::unavailable(format!(
+                    "{method}: dropped by the test driver before it ran"
+                ))),
                 Verdict::Fail(status) => {
                     if let Some(record) = on_injected {
                         record(&driver, &status);

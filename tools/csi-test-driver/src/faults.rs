@@ -1,9 +1,10 @@
 //! Runtime fault injection: which faults are armed per RPC method, and applying them to a call.
 //!
-//! Order for each call: hang (until released) → latency → "error for the next N calls" →
-//! "error with probability p". The last two answer without running the method. The
-//! `create_then_deadline_exceeded` fault is applied after the method ran (see
-//! [`FaultTable::take_deadline_after_create`]).
+//! Order for each call: hold (the n-th call, until released or dropped) → hang (until
+//! released) → latency → "error for the next N calls" → "error with probability p". The last
+//! two answer without running the method. The `create_then_deadline_exceeded` fault is
+//! applied after the method ran (see [`FaultTable::take_deadline_after_create`]), and so is a
+//! hold after the call ran ([`FaultTable::hold_answer`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, oneshot};
 use tonic::Status;
 
 use crate::code::GrpcCode;
@@ -60,6 +61,9 @@ struct MethodFaults {
     /// Capacity to report instead of the real one, for this many more calls.
     reported_capacity: Option<(i64, u32)>,
     hang: bool,
+    /// `hold`: calls left until the held one (1: the next), and whether it is held after it
+    /// ran.
+    hold: Option<(u32, bool)>,
     /// The rule-breaking behaviours (`Fault::CreateIgnoresParameters` and friends).
     ignore_parameters: bool,
     not_idempotent: bool,
@@ -73,6 +77,18 @@ struct MethodFaults {
 struct Inner {
     methods: HashMap<&'static str, MethodFaults>,
     rng: StdRng,
+    /// Calls held by a `hold` fault, by a running number: their method and who waits.
+    held: BTreeMap<u64, (&'static str, oneshot::Sender<Decision>)>,
+    next_held: u64,
+}
+
+/// What becomes of a call held by a `hold` fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// It runs (held before) or sends its answer (held after).
+    Release,
+    /// It never runs (held before) or its answer is discarded (held after).
+    Drop,
 }
 
 /// Faults for every method, shared by all calls.
@@ -97,6 +113,10 @@ pub struct Misbehaviour {
 pub enum Verdict {
     /// Run the method.
     Proceed,
+    /// Run the method, then hold its answer ([`FaultTable::hold_answer`]).
+    ProceedThenHold,
+    /// A held call that was dropped: do nothing, answer `UNAVAILABLE`.
+    Dropped,
     /// Answer with this status without running the method.
     Fail(Status),
 }
@@ -109,6 +129,8 @@ impl FaultTable {
             inner: Mutex::new(Inner {
                 methods: HashMap::new(),
                 rng: StdRng::seed_from_u64(seed),
+                held: BTreeMap::new(),
+                next_held: 0,
             }),
             releases: METHODS.iter().map(|m| (*m, Notify::new())).collect(),
         }
@@ -165,6 +187,12 @@ impl FaultTable {
                 faults.reported_capacity = (count > 0).then_some((bytes, count));
             }
             Fault::Hang => faults.hang = true,
+            Fault::Hold { nth, after } => {
+                if nth == 0 {
+                    return Err("hold needs nth of 1 or more (1: the next call)".into());
+                }
+                faults.hold = Some((nth, after));
+            }
             Fault::CreateIgnoresParameters | Fault::CreateNotIdempotent
                 if method != "CreateVolume" =>
             {
@@ -199,16 +227,92 @@ impl FaultTable {
         Ok(())
     }
 
-    /// Lets every call hung on `method` proceed and stops hanging new ones.
+    /// Lets every call hung or held on `method` proceed and stops hanging new ones.
     pub fn release(&self, method: &str) -> Result<(), String> {
         let method = Self::method(method)?;
         let mut inner = self.lock();
         if let Some(faults) = inner.methods.get_mut(method) {
             faults.hang = false;
         }
+        Self::decide(&mut inner, Some(method), Decision::Release);
         // Under the lock, so a call that saw `hang == true` has already registered its waiter.
         self.releases[method].notify_waiters();
         Ok(())
+    }
+
+    /// Ends the calls held on `method` (all methods when `None`); returns how many.
+    pub fn drop_held(&self, method: Option<&str>) -> Result<usize, String> {
+        let method = method.map(Self::method).transpose()?;
+        Ok(Self::decide(&mut self.lock(), method, Decision::Drop))
+    }
+
+    fn decide(inner: &mut Inner, method: Option<&str>, decision: Decision) -> usize {
+        let ids: Vec<u64> = inner
+            .held
+            .iter()
+            .filter(|(_, (m, _))| method.is_none_or(|x| x == *m))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &ids {
+            if let Some((m, tx)) = inner.held.remove(id) {
+                tracing::info!(method = m, ?decision, "held call decided");
+                let _ = tx.send(decision);
+            }
+        }
+        ids.len()
+    }
+
+    /// Calls currently held by a `hold` fault, per method.
+    pub fn held(&self) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for (m, _) in self.lock().held.values() {
+            *out.entry(m.to_string()).or_default() += 1;
+        }
+        out
+    }
+
+    /// Holds one call of `method` until `release` or `drop`.
+    async fn wait_held(&self, method: &'static str) -> Decision {
+        let (rx, id) = {
+            let mut inner = self.lock();
+            let (tx, rx) = oneshot::channel();
+            inner.next_held += 1;
+            let id = inner.next_held;
+            inner.held.insert(id, (method, tx));
+            (rx, id)
+        };
+        tracing::info!(method, "call held until released or dropped");
+        // A caller that goes away (its process killed) takes this future with it: the call
+        // is no longer held.
+        struct Forget<'a>(&'a FaultTable, u64);
+        impl Drop for Forget<'_> {
+            fn drop(&mut self) {
+                self.0.lock().held.remove(&self.1);
+            }
+        }
+        let _forget = Forget(self, id);
+        rx.await.unwrap_or(Decision::Drop)
+    }
+
+    /// For a call whose verdict was [`Verdict::ProceedThenHold`], after it ran: waits until
+    /// its answer may be sent ([`Decision::Release`]) or must be discarded.
+    pub async fn hold_answer(&self, method: &'static str) -> Decision {
+        self.wait_held(method).await
+    }
+
+    /// Counts one call against the method's `hold` fault: `Some(after)` when this is the call
+    /// to hold.
+    fn take_hold(&self, method: &'static str) -> Option<bool> {
+        let mut inner = self.lock();
+        let faults = inner.methods.get_mut(method)?;
+        let (left, after) = faults.hold.as_mut()?;
+        *left -= 1;
+        if *left > 0 {
+            return None;
+        }
+        let after = *after;
+        faults.hold = None;
+        Some(after)
     }
 
     /// Calls currently hung, per method (only methods with at least one).
@@ -223,6 +327,24 @@ impl FaultTable {
 
     /// Applies the faults armed on `method` to one call, waiting as they say.
     pub async fn before_call(&self, method: &'static str) -> Verdict {
+        let hold_after = match self.take_hold(method) {
+            Some(false) => {
+                if self.wait_held(method).await == Decision::Drop {
+                    return Verdict::Dropped;
+                }
+                false
+            }
+            Some(true) => true,
+            None => false,
+        };
+        match self.other_faults(method).await {
+            Verdict::Proceed if hold_after => Verdict::ProceedThenHold,
+            verdict => verdict,
+        }
+    }
+
+    /// Hang, latency and the error faults of one call.
+    async fn other_faults(&self, method: &'static str) -> Verdict {
         // Created before looking at the flag: `notify_waiters` wakes every `Notified` that
         // exists when it runs, so a `release` racing with this call cannot be missed.
         let released = self.releases[method].notified();
@@ -252,7 +374,7 @@ impl FaultTable {
         }
 
         let mut inner = self.lock();
-        let Inner { methods, rng } = &mut *inner;
+        let Inner { methods, rng, .. } = &mut *inner;
         let Some(faults) = methods.get_mut(method) else {
             return Verdict::Proceed;
         };
@@ -332,7 +454,8 @@ mod tests {
 
     fn code_of(verdict: Verdict) -> Option<tonic::Code> {
         match verdict {
-            Verdict::Proceed => None,
+            Verdict::Proceed | Verdict::ProceedThenHold => None,
+            Verdict::Dropped => Some(tonic::Code::Unavailable),
             Verdict::Fail(status) => Some(status.code()),
         }
     }
@@ -405,6 +528,56 @@ mod tests {
         assert!(table.hung().is_empty());
         // Released means the hang fault is gone too.
         assert_eq!(code_of(table.before_call("CreateVolume").await), None);
+    }
+
+    #[tokio::test]
+    async fn hold_takes_exactly_the_nth_call_before_or_after_it_runs() {
+        use std::sync::Arc;
+
+        let table = Arc::new(FaultTable::new(1));
+        assert!(
+            table
+                .set("DeleteVolume", Fault::Hold { nth: 0, after: false })
+                .is_err()
+        );
+        table
+            .set("DeleteVolume", Fault::Hold { nth: 2, after: false })
+            .unwrap();
+        assert!(matches!(
+            table.before_call("DeleteVolume").await,
+            Verdict::Proceed
+        ));
+        let held = tokio::spawn({
+            let table = table.clone();
+            async move { table.before_call("DeleteVolume").await }
+        });
+        while table.held().get("DeleteVolume").copied() != Some(1) {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(table.drop_held(Some("DeleteVolume")), Ok(1));
+        assert!(matches!(held.await.unwrap(), Verdict::Dropped));
+        assert!(matches!(
+            table.before_call("DeleteVolume").await,
+            Verdict::Proceed
+        ));
+
+        table
+            .set("CreateVolume", Fault::Hold { nth: 1, after: true })
+            .unwrap();
+        assert!(matches!(
+            table.before_call("CreateVolume").await,
+            Verdict::ProceedThenHold
+        ));
+        let answer = tokio::spawn({
+            let table = table.clone();
+            async move { table.hold_answer("CreateVolume").await }
+        });
+        while table.held().get("CreateVolume").copied() != Some(1) {
+            tokio::task::yield_now().await;
+        }
+        table.release("CreateVolume").unwrap();
+        assert_eq!(answer.await.unwrap(), Decision::Release);
+        assert!(table.held().is_empty());
     }
 
     #[test]

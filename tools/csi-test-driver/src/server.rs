@@ -190,6 +190,7 @@ fn handle(driver: &Driver, request: Request) -> Response {
                 stats: Some(Stats {
                     calls: ledger.calls,
                     hung: driver.faults().hung(),
+                    held: driver.faults().held(),
                     ready: driver.ready(),
                     volumes: ledger.volumes.len(),
                 }),
@@ -199,6 +200,7 @@ fn handle(driver: &Driver, request: Request) -> Response {
         Request::SetFault { method, fault } => driver.faults().set(&method, fault),
         Request::ClearFaults { method } => driver.faults().clear(method.as_deref()),
         Request::Release { method } => driver.faults().release(&method),
+        Request::Drop { method } => driver.faults().drop_held(method.as_deref()).map(drop),
         // Answered first, then the connection handler exits the process.
         Request::Crash => Ok(()),
         Request::LoseVolume { volume_id } => driver.lose_volume(&volume_id),

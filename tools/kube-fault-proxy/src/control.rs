@@ -12,6 +12,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
 
+use crate::hold::{Decision, HeldRequest, WriteRecord};
 use crate::rules::{Rule, Stats};
 use crate::server::Shared;
 
@@ -34,6 +35,16 @@ pub enum Request {
         #[serde(default)]
         resources: Vec<String>,
     },
+    /// The requests `hold` rules hold now (`held`).
+    Held,
+    /// Lets every held request go on: forwarded, or its answer sent (`count`: how many).
+    Release,
+    /// Ends every held request without forwarding it or sending its real answer (`count`).
+    Drop,
+    /// Starts a fresh journal of the writes (create, update, patch, delete) that go through.
+    Record,
+    /// The writes since `record`, in arrival order (`journal`).
+    Journal,
 }
 
 /// The answer to a [`Request`].
@@ -48,6 +59,12 @@ pub struct Response {
     pub rules: Option<Vec<(u64, Rule)>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats: Option<Stats>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<Vec<HeldRequest>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub journal: Option<Vec<WriteRecord>>,
 }
 
 impl Response {
@@ -92,6 +109,28 @@ fn answer(shared: &Shared, request: Request) -> Response {
             let _ = shared.cuts.send(resources);
             Response::ok()
         }
+        Request::Held => Response {
+            held: Some(shared.holds.held()),
+            ..Response::ok()
+        },
+        Request::Release | Request::Drop => {
+            let decision = match request {
+                Request::Release => Decision::Release,
+                _ => Decision::Drop,
+            };
+            Response {
+                count: Some(shared.holds.decide(decision)),
+                ..Response::ok()
+            }
+        }
+        Request::Record => {
+            shared.holds.record();
+            Response::ok()
+        }
+        Request::Journal => Response {
+            journal: Some(shared.holds.journal()),
+            ..Response::ok()
+        },
     }
 }
 
@@ -219,6 +258,23 @@ mod tests {
         assert_eq!(
             serde_json::from_str::<Request>(r#"{"cmd":"cut"}"#).unwrap(),
             Request::Cut { resources: vec![] }
+        );
+        let hold = Request::AddRule {
+            rule: Rule::new(Fault::Hold { after: true })
+                .verbs(&["create"])
+                .resources(&["persistentvolumes"])
+                .skip(1)
+                .count(1),
+        };
+        let text = serde_json::to_string(&hold).unwrap();
+        assert_eq!(
+            text,
+            r#"{"cmd":"add_rule","rule":{"verbs":["create"],"resources":["persistentvolumes"],"probability":1.0,"count":1,"skip":1,"fault":{"kind":"hold","after":true}}}"#
+        );
+        assert_eq!(serde_json::from_str::<Request>(&text).unwrap(), hold);
+        assert_eq!(
+            serde_json::from_str::<Request>(r#"{"cmd":"drop"}"#).unwrap(),
+            Request::Drop
         );
     }
 }

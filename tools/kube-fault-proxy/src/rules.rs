@@ -28,6 +28,12 @@ pub struct Rule {
     /// Stop injecting after this many times (the rule then stays, inert).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u64>,
+    /// Let this many matching requests (or events) pass untouched before the rule may fire:
+    /// with `count: 1`, `skip: n` aims at exactly the (n+1)-th match after the rule was added.
+    /// Only requests the rule could apply to are counted (not those another rule already
+    /// answers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip: Option<u64>,
     pub fault: Fault,
 }
 
@@ -42,6 +48,7 @@ impl Rule {
             resources: Vec::new(),
             probability: 1.0,
             count: None,
+            skip: None,
             fault,
         }
     }
@@ -66,7 +73,13 @@ impl Rule {
         self
     }
 
-    fn matches(&self, info: &RequestInfo) -> bool {
+    pub fn skip(mut self, n: u64) -> Rule {
+        self.skip = Some(n);
+        self
+    }
+
+    /// Whether the rule's verbs and resources cover `info` (whatever its fault).
+    pub fn matches(&self, info: &RequestInfo) -> bool {
         (self.verbs.is_empty() || self.verbs.iter().any(|v| v == info.verb.as_str()))
             && (self.resources.is_empty()
                 || self.resources.iter().any(|r| info.resource_matches(r)))
@@ -106,6 +119,25 @@ pub enum Fault {
     /// delivered in order. Lists are not filtered. This is how a cache misses a just-created
     /// PV while another sync of the same claim runs (upstream issue #1469).
     HideNew { ms: u64 },
+    /// Hold the request (not a watch) until the control socket decides: before forwarding it
+    /// (`after: false`: the API server has not seen it), or once the API server answered
+    /// (`after: true`: the change happened, the answer is held). `release` lets it go on
+    /// (forwarded, or its answer sent); `drop` ends it without forwarding it or sending the
+    /// real answer. A client killed meanwhile never learns either way: a crash at that step.
+    Hold {
+        #[serde(default)]
+        after: bool,
+    },
+}
+
+/// Where a `hold` rule holds a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HoldAt {
+    /// Before forwarding.
+    Before,
+    /// After the API server answered, before the answer goes to the client.
+    After,
 }
 
 fn default_relist_after() -> u64 {
@@ -135,6 +167,8 @@ impl Fault {
             Fault::DropEvents { .. } => "watch-drop".into(),
             Fault::CutStream => "watch-cut".into(),
             Fault::HideNew { .. } => "watch-hide".into(),
+            Fault::Hold { after: false } => "hold-before".into(),
+            Fault::Hold { after: true } => "hold-after".into(),
         }
     }
 }
@@ -233,6 +267,8 @@ pub struct RequestPlan {
     pub status: Option<u16>,
     /// Forward, then answer this.
     pub lost_response: Option<u16>,
+    /// Hold the request here until the control socket decides.
+    pub hold: Option<HoldAt>,
 }
 
 /// What happens to one watch event.
@@ -268,6 +304,8 @@ struct Entry {
     id: u64,
     rule: Rule,
     injected: u64,
+    /// Matches seen so far (for `skip`).
+    matched: u64,
 }
 
 /// The rules and everything decided from them; behind one lock in the proxy.
@@ -301,6 +339,7 @@ impl RuleSet {
             id,
             rule,
             injected: 0,
+            matched: 0,
         });
         id
     }
@@ -340,10 +379,14 @@ impl RuleSet {
         *self.stats.injected.entry(counter).or_default() += 1;
     }
 
-    /// Draws for one rule: whether it fires now (probability, remaining count).
+    /// Draws for one rule: whether it fires now (skipped matches, probability, remaining
+    /// count).
     fn fire(&mut self, index: usize) -> bool {
-        let entry = &self.entries[index];
-        if entry.rule.count.is_some_and(|n| entry.injected >= n) {
+        let entry = &mut self.entries[index];
+        entry.matched += 1;
+        if entry.rule.skip.is_some_and(|n| entry.matched <= n)
+            || entry.rule.count.is_some_and(|n| entry.injected >= n)
+        {
             return false;
         }
         let p = entry.rule.probability;
@@ -371,11 +414,13 @@ impl RuleSet {
                 continue;
             }
             let fault = rule.fault.clone();
+            let answered = plan.status.is_some() || plan.lost_response.is_some();
             let applies = match fault {
                 Fault::Delay { .. } => plan.delay.is_none(),
                 Fault::Status { .. } | Fault::LostResponse { .. } => {
-                    plan.status.is_none() && plan.lost_response.is_none()
+                    !answered && plan.hold.is_none()
                 }
+                Fault::Hold { .. } => !answered && plan.hold.is_none() && info.verb != "watch",
                 _ => false,
             };
             if !applies || !self.fire(i) {
@@ -386,6 +431,9 @@ impl RuleSet {
                 Fault::Delay { ms } => plan.delay = Some(Duration::from_millis(ms)),
                 Fault::Status { code } => plan.status = Some(code),
                 Fault::LostResponse { code } => plan.lost_response = Some(code),
+                Fault::Hold { after } => {
+                    plan.hold = Some(if after { HoldAt::After } else { HoldAt::Before })
+                }
                 _ => {}
             }
         }
@@ -596,6 +644,46 @@ mod tests {
         assert_eq!(rules.plan_request(&create).status, Some(503));
         assert_eq!(rules.plan_request(&create).status, None, "count exhausted");
         assert_eq!(rules.stats().injected.get("status-503"), Some(&2));
+    }
+
+    #[test]
+    fn skip_and_count_aim_a_hold_at_exactly_one_request() {
+        let mut rules = RuleSet::new(7);
+        rules.add(
+            Rule::new(Fault::Hold { after: false })
+                .verbs(&["patch"])
+                .resources(&["persistentvolumeclaims"])
+                .skip(2)
+                .count(1),
+        );
+        let patch = RequestInfo::parse(
+            &Method::PATCH,
+            "/api/v1/namespaces/n/persistentvolumeclaims/c",
+            None,
+        );
+        let other = RequestInfo::parse(&Method::PATCH, "/api/v1/persistentvolumes/p", None);
+        let holds: Vec<_> = (0..5)
+            .map(|i| {
+                assert_eq!(rules.plan_request(&other).hold, None);
+                (i, rules.plan_request(&patch).hold)
+            })
+            .collect();
+        assert_eq!(
+            holds,
+            vec![
+                (0, None),
+                (1, None),
+                (2, Some(HoldAt::Before)),
+                (3, None),
+                (4, None)
+            ]
+        );
+        assert_eq!(rules.stats().injected.get("hold-before"), Some(&1));
+        // A watch is never held.
+        let mut rules = RuleSet::new(7);
+        rules.add(Rule::new(Fault::Hold { after: true }));
+        let watch = RequestInfo::parse(&Method::GET, "/api/v1/pods", Some("watch=1"));
+        assert_eq!(rules.plan_request(&watch).hold, None);
     }
 
     #[test]

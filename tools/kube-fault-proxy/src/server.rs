@@ -19,11 +19,14 @@ use tokio::sync::{broadcast, watch};
 use tracing::{debug, warn};
 
 use crate::ProxyBody;
-use crate::rules::{RequestInfo, Rule, RuleSet, Stats};
+use crate::hold::{Decision, HeldRequest, Holds, WriteRecord, is_write};
+use crate::rules::{HoldAt, RequestInfo, Rule, RuleSet, Stats};
 
 /// State shared by every connection and the control socket.
 pub struct Shared {
     rules: Mutex<RuleSet>,
+    /// Requests held by `hold` rules, and the journal of writes.
+    pub(crate) holds: Holds,
     /// Resources whose open watch streams must be cut now (empty: all).
     pub(crate) cuts: broadcast::Sender<Vec<String>>,
 }
@@ -59,6 +62,7 @@ impl Proxy {
         let (cuts, _) = broadcast::channel(16);
         let shared = Arc::new(Shared {
             rules: Mutex::new(RuleSet::new(seed)),
+            holds: Holds::default(),
             cuts,
         });
         let (shutdown, stopped) = watch::channel(false);
@@ -98,6 +102,31 @@ impl Proxy {
 
     pub fn stats(&self) -> Stats {
         self.shared.rules().stats()
+    }
+
+    /// The requests `hold` rules hold now.
+    pub fn held(&self) -> Vec<HeldRequest> {
+        self.shared.holds.held()
+    }
+
+    /// Lets every held request go on (forwarded, or its answer sent); returns how many.
+    pub fn release_held(&self) -> usize {
+        self.shared.holds.decide(Decision::Release)
+    }
+
+    /// Ends every held request without forwarding it or sending its real answer.
+    pub fn drop_held(&self) -> usize {
+        self.shared.holds.decide(Decision::Drop)
+    }
+
+    /// Starts a fresh journal of the writes that go through the proxy.
+    pub fn record_writes(&self) {
+        self.shared.holds.record()
+    }
+
+    /// The writes since [`Proxy::record_writes`], in the order they arrived.
+    pub fn journal(&self) -> Vec<WriteRecord> {
+        self.shared.holds.journal()
     }
 
     /// Cuts every open watch stream of these resources (all when empty), now.
@@ -216,6 +245,17 @@ async fn handle(
             ));
         }
     };
+    let record = is_write(&info.verb).then(|| WriteRecord::of(&info, &body));
+    if let Some(r) = &record {
+        shared.holds.note(r);
+    }
+    if plan.hold == Some(HoldAt::Before) {
+        let request = record.clone().unwrap_or_else(|| WriteRecord::of(&info, &body));
+        let (_guard, decision) = shared.holds.hold(HoldAt::Before, request, None);
+        if decision.await != Ok(Decision::Release) {
+            return Ok(dropped(&info));
+        }
+    }
     let path = parts
         .uri
         .path_and_query()
@@ -261,6 +301,10 @@ async fn handle(
         debug!(verb = %info.verb, resource = %info.full_resource(), code, "injected lost response");
         return Ok(status_response(code, &info, &parts.method));
     }
+    if plan.hold == Some(HoldAt::After) {
+        let request = record.unwrap_or_else(|| WriteRecord::of(&info, &[]));
+        return Ok(hold_answer(&shared, &info, request, response).await);
+    }
     let (mut rparts, rbody) = response.into_parts();
     let json = rparts
         .headers
@@ -279,6 +323,53 @@ async fn handle(
         rparts.headers.remove(h);
     }
     Ok(Response::from_parts(rparts, body))
+}
+
+/// Reads the API server's whole answer, then holds it until the control socket decides.
+async fn hold_answer(
+    shared: &Shared,
+    info: &RequestInfo,
+    request: WriteRecord,
+    response: Response<kube::client::Body>,
+) -> Response<ProxyBody> {
+    let (mut rparts, rbody) = response.into_parts();
+    let bytes = match rbody.collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            return plain_status(
+                StatusCode::BAD_GATEWAY,
+                "InternalError",
+                &format!("kube-fault-proxy: reading the answer: {e}"),
+            );
+        }
+    };
+    let status = Some(rparts.status.as_u16());
+    let (_guard, decision) = shared.holds.hold(HoldAt::After, request, status);
+    if decision.await != Ok(Decision::Release) {
+        return dropped(info);
+    }
+    for h in [
+        header::CONNECTION,
+        header::TRANSFER_ENCODING,
+        header::CONTENT_LENGTH,
+    ] {
+        rparts.headers.remove(h);
+    }
+    let body = Full::new(bytes)
+        .map_err(|never| match never {})
+        .boxed_unsync();
+    Response::from_parts(rparts, body)
+}
+
+/// The answer to a held request that was dropped (its client is normally gone by then): a
+/// 500, which no client retries by itself (kube-rs retries 503).
+fn dropped(info: &RequestInfo) -> Response<ProxyBody> {
+    debug!(verb = %info.verb, resource = %info.full_resource(), "held request dropped");
+    plain_status(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "InternalError",
+        "held request dropped by kube-fault-proxy",
+    )
 }
 
 /// What kube-apiserver answers a watch from a compacted resourceVersion: `200 OK` and a

@@ -318,3 +318,103 @@ async fn cut_streams_resume_without_losing_events() {
     }
     bed.cleanup().await;
 }
+
+/// Waits until the proxy holds `n` requests.
+async fn until_held(proxy: &Proxy, n: usize) -> Vec<kube_fault_proxy::HeldRequest> {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let held = proxy.held();
+        if held.len() >= n {
+            return held;
+        }
+        assert!(Instant::now() < until, "{} of {n} requests held", held.len());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_held_write_is_dropped_before_or_after_the_api_server_acted() {
+    let bed = bed("kfp-hold").await;
+    let via = bed.maps(&bed.proxied);
+    let direct = bed.maps(&bed.admin);
+    bed.proxy.record_writes();
+    // The second create is held before it is forwarded, then dropped: it never happened.
+    bed.proxy.add_rule(
+        Rule::new(Fault::Hold { after: false })
+            .verbs(&["create"])
+            .resources(&["configmaps"])
+            .skip(1)
+            .count(1),
+    );
+    via.create(&PostParams::default(), &map("first"))
+        .await
+        .expect("not the one held");
+    let call = tokio::spawn({
+        let via = via.clone();
+        async move { via.create(&PostParams::default(), &map("second")).await }
+    });
+    let held = until_held(&bed.proxy, 1).await;
+    assert_eq!(held[0].request.name.as_deref(), Some("second"));
+    assert_eq!(held[0].at, kube_fault_proxy::HoldAt::Before);
+    assert!(direct.get_opt("second").await.unwrap().is_none(), "held");
+    assert_eq!(bed.proxy.drop_held(), 1);
+    assert!(call.await.unwrap().is_err(), "the client is told nothing good");
+    assert!(direct.get_opt("second").await.unwrap().is_none(), "dropped");
+
+    // Held after: the API server deleted it, the answer is dropped.
+    bed.proxy.add_rule(
+        Rule::new(Fault::Hold { after: true })
+            .verbs(&["delete"])
+            .resources(&["configmaps"])
+            .count(1),
+    );
+    let call = tokio::spawn({
+        let via = via.clone();
+        async move { via.delete("first", &DeleteParams::default()).await }
+    });
+    let held = until_held(&bed.proxy, 1).await;
+    assert_eq!(held[0].status, Some(200));
+    assert!(direct.get_opt("first").await.unwrap().is_none(), "acted on");
+    bed.proxy.drop_held();
+    assert!(call.await.unwrap().is_err());
+
+    // Released after: the client gets the real answer.
+    bed.proxy.add_rule(
+        Rule::new(Fault::Hold { after: true })
+            .verbs(&["create"])
+            .resources(&["configmaps"])
+            .count(1),
+    );
+    let call = tokio::spawn({
+        let via = via.clone();
+        async move { via.create(&PostParams::default(), &map("third")).await }
+    });
+    until_held(&bed.proxy, 1).await;
+    assert_eq!(bed.proxy.release_held(), 1);
+    let made = call.await.unwrap().expect("the real answer");
+    assert_eq!(made.metadata.name.as_deref(), Some("third"));
+
+    let journal: Vec<(String, Option<String>)> = bed
+        .proxy
+        .journal()
+        .into_iter()
+        .map(|w| (w.verb, w.name))
+        .collect();
+    let expected = [
+        ("create", "first"),
+        ("create", "second"),
+        ("delete", "first"),
+        ("create", "third"),
+    ];
+    assert_eq!(
+        journal,
+        expected
+            .iter()
+            .map(|(v, n)| (v.to_string(), Some(n.to_string())))
+            .collect::<Vec<_>>()
+    );
+    let stats = bed.proxy.stats();
+    assert_eq!(stats.injected.get("hold-before"), Some(&1));
+    assert_eq!(stats.injected.get("hold-after"), Some(&2));
+    bed.cleanup().await;
+}
