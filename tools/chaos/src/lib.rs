@@ -14,6 +14,7 @@ pub mod procs;
 pub mod report;
 pub mod run;
 pub mod scenarios;
+pub mod sweep;
 pub mod world;
 
 pub use faults::FaultMix;

@@ -74,6 +74,18 @@ struct Args {
     /// Upstream's sidecar (--sidecar upstream or both) runs without them. Not with --nodes.
     #[arg(long)]
     policies: bool,
+    /// The crash sweep instead of a random run: for every API write and CSI call of these
+    /// flows (all, or some of provision,restore,clone,delete,cleanup), the sidecar killed
+    /// before the request leaves and after the server acted, with and without the claim (the
+    /// PV) deleted while it is down; a stage of its own per case. See docs/reliability.md.
+    #[arg(long)]
+    sweep: Option<String>,
+    /// With --sweep: crash at the event writes too.
+    #[arg(long)]
+    sweep_events: bool,
+    /// With --sweep: cases run at once (each on a stage of its own).
+    #[arg(long, default_value_t = 2)]
+    sweep_jobs: usize,
 }
 
 fn share(s: &str) -> Result<f64, String> {
@@ -132,6 +144,25 @@ async fn run(args: Args) -> Result<usize, String> {
         );
     }
     let mut violations = 0;
+    if let Some(flows) = &args.sweep {
+        let flows = chaos::sweep::Flow::parse_list(flows)?;
+        for sidecar in sidecars {
+            let opts = chaos::sweep::SweepOptions {
+                sidecar,
+                flows: flows.clone(),
+                policies: args.policies && sidecar == Sidecar::Ours,
+                events: args.sweep_events,
+                seed: args.seed,
+                keep_dir: args.keep_logs,
+                jobs: args.sweep_jobs,
+                only: None,
+            };
+            let report = chaos::sweep::sweep(&testbed, &opts).await?;
+            println!("{}", report.render());
+            violations += report.violations();
+        }
+        return Ok(violations);
+    }
     for sidecar in sidecars {
         let report = match scenario {
             Some(s) => {

@@ -427,6 +427,31 @@ async fn create_snapshot(
     Err(format!("creating VolumeSnapshot {name}: {last}"))
 }
 
+/// Creates a VolumeSnapshot of `claim` and enters it in the book (the claim as snapshotted
+/// first, so that nothing deletes it on purpose meanwhile); returns its UID.
+pub(crate) async fn make_snapshot(
+    book: &Book,
+    api: &Api<DynamicObject>,
+    name: &str,
+    class: &str,
+    claim: &str,
+) -> Result<String, String> {
+    book.snapshotted
+        .lock()
+        .expect("poisoned")
+        .insert(claim.to_string());
+    let uid = create_snapshot(api, name, class, claim).await?;
+    book.snapshots.lock().expect("poisoned").insert(
+        name.to_string(),
+        SnapshotRecord {
+            uid: uid.clone(),
+            delete_scheduled: false,
+            deleted: false,
+        },
+    );
+    Ok(uid)
+}
+
 /// Creates a claim, retrying API errors; returns its UID.
 pub(crate) async fn create_claim(
     api: &Api<PersistentVolumeClaim>,
@@ -920,21 +945,9 @@ pub async fn run(testbed: &Testbed, cfg: &ChaosConfig) -> Result<Report, String>
                 } else {
                     let (claim, _) = claims[rng.random_range(0..claims.len())].clone();
                     let vs = format!("s-{i:05}");
-                    book.snapshotted
-                        .lock()
-                        .expect("poisoned")
-                        .insert(claim.clone());
-                    match create_snapshot(&snapshots, &vs, &snapshot_class, &claim).await {
-                        Ok(uid) => {
+                    match make_snapshot(&book, &snapshots, &vs, &snapshot_class, &claim).await {
+                        Ok(_) => {
                             workload.snapshots += 1;
-                            book.snapshots.lock().expect("poisoned").insert(
-                                vs.clone(),
-                                SnapshotRecord {
-                                    uid,
-                                    delete_scheduled: false,
-                                    deleted: false,
-                                },
-                            );
                             // Churn: the oldest snapshots go (restores of them may be pending).
                             let live = book.live_snapshots();
                             for old in &live[..live.len().saturating_sub(LIVE_SNAPSHOTS)] {

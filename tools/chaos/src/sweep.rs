@@ -1,0 +1,883 @@
+//! The crash sweep: a crash at every step, deterministically. For every API write and every
+//! `CreateVolume`/`DeleteVolume` a flow makes (provisioning, a restore, a clone, the volume
+//! path of a deleted claim, the cleanup of a claim deleted while its volume was being made),
+//! the sidecar is SIGKILLed (a) while the request is held before it leaves (the proxy or the
+//! driver never passes it on: it did not happen) and (b) once the server acted, with its
+//! answer held (it happened; the sidecar never learns it); each with and without the claim
+//! (on the volume path: the PV) deleted while the sidecar is down. The sidecar then
+//! restarts, and the invariant checker of the random runs judges, then deletes everything
+//! and checks that nothing is left.
+//!
+//! The steps are not listed by hand: a clean run of each flow (the *trace*) records them,
+//! from the proxy's journal of writes and the driver's ledger, so the sweep follows whatever
+//! the sidecar under test does (ours and upstream's make different requests). A step is
+//! "the n-th write of this verb and resource (or the n-th call of this method) since the
+//! flow's trigger"; the proxy's `hold` rule and the driver's `hold` fault aim at exactly
+//! that one. See docs/reliability.md.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use csi_test_driver::control::Fault as DriverFault;
+use futures::StreamExt;
+use csi_test_driver::ledger::OperationRecord;
+use kube::api::DeleteParams;
+use kube_fault_proxy::{Fault, Rule, WriteRecord};
+use tokio::sync::Mutex;
+
+use crate::check::{self, DataSource, InvariantResult, SNAPSHOT_KIND, SourceKind};
+use crate::run::{self, Book, Record, claim_body_from, create_claim, faults_off, settle};
+use crate::world::{Sidecar, StageOptions, Testbed, World};
+
+/// The CSI calls the sweep crashes at: the provisioner's own.
+const CSI_METHODS: [&str; 2] = ["CreateVolume", "DeleteVolume"];
+
+/// How long one step may take to be reached before the case says it was not.
+const REACH: Duration = Duration::from_secs(60);
+
+/// A flow: a setup that is not swept, then a trigger whose consequences are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Flow {
+    /// A claim is created and provisioned.
+    Provision,
+    /// A claim restored from a ready VolumeSnapshot.
+    Restore,
+    /// A claim cloned from a Bound claim.
+    Clone,
+    /// A Bound claim is deleted: its PV is Released, the volume and the PV are deleted.
+    Delete,
+    /// A claim was deleted while its `CreateVolume` was in flight; the call then answers
+    /// (the volume was made).
+    Cleanup,
+}
+
+impl Flow {
+    pub const ALL: [Flow; 5] = [
+        Flow::Provision,
+        Flow::Restore,
+        Flow::Clone,
+        Flow::Delete,
+        Flow::Cleanup,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Flow::Provision => "provision",
+            Flow::Restore => "restore",
+            Flow::Clone => "clone",
+            Flow::Delete => "delete",
+            Flow::Cleanup => "cleanup",
+        }
+    }
+
+    /// `all`, or a comma-separated list of flow names.
+    pub fn parse_list(s: &str) -> Result<Vec<Flow>, String> {
+        if s == "all" {
+            return Ok(Flow::ALL.to_vec());
+        }
+        s.split(',')
+            .map(|name| {
+                Flow::ALL
+                    .into_iter()
+                    .find(|f| f.name() == name.trim())
+                    .ok_or_else(|| {
+                        format!(
+                            "unknown flow {name:?} (all, or some of provision, restore, clone, \
+                             delete, cleanup)"
+                        )
+                    })
+            })
+            .collect()
+    }
+
+    /// What "deleted while the sidecar is down" deletes in this flow.
+    fn deleted_while_down(self) -> &'static str {
+        match self {
+            Flow::Delete => "PV",
+            _ => "claim",
+        }
+    }
+}
+
+/// One request of a flow.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Call {
+    /// An API write through the proxy: its verb and `resource[/subresource]`.
+    Api { verb: String, resource: String },
+    /// A CSI call to the driver.
+    Csi { method: String },
+}
+
+/// The `nth` (from 1) request of its kind since the flow's trigger.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    pub call: Call,
+    pub nth: u32,
+    /// The object (or the volume name) the trace's request was about.
+    pub object: String,
+}
+
+impl Step {
+    pub fn label(&self) -> String {
+        match &self.call {
+            Call::Api { verb, resource } => format!("{verb} {resource} #{}", self.nth),
+            Call::Csi { method } => format!("{method} #{}", self.nth),
+        }
+    }
+}
+
+/// Whether a rule aimed at writes of `rule_resource` also counts a write of `resource`: a
+/// rule for a resource covers its subresources too, one for a subresource only that one
+/// (the proxy's matching).
+fn counted_by(rule_resource: &str, resource: &str) -> bool {
+    rule_resource == resource
+        || (!rule_resource.contains('/') && resource.split('/').next() == Some(rule_resource))
+}
+
+/// The steps of a trace, in the order they happened: the writes (leader election's Lease
+/// writes are not a flow's) and the provisioner's CSI calls made since `since_ms`.
+pub fn steps(writes: &[WriteRecord], ops: &[OperationRecord], since_ms: u64) -> Vec<Step> {
+    let mut all: Vec<(u64, Call, String)> = writes
+        .iter()
+        .filter(|w| w.at_ms >= since_ms && !w.resource.starts_with("leases"))
+        .map(|w| {
+            let call = Call::Api {
+                verb: w.verb.clone(),
+                resource: w.resource.clone(),
+            };
+            (w.at_ms, call, w.name.clone().unwrap_or_default())
+        })
+        .collect();
+    all.extend(
+        ops.iter()
+            .filter(|o| o.at_ms >= since_ms && CSI_METHODS.contains(&o.method.as_str()))
+            .map(|o| {
+                let call = Call::Csi {
+                    method: o.method.clone(),
+                };
+                let object = o.name.clone().or(o.volume_id.clone()).unwrap_or_default();
+                (o.at_ms, call, object)
+            }),
+    );
+    // Stable: writes before CSI calls of the same millisecond, each in its own order.
+    all.sort_by_key(|(at, _, _)| *at);
+    let mut out: Vec<Step> = Vec::new();
+    for (_, call, object) in all {
+        let nth = 1 + out
+            .iter()
+            .filter(|s| match (&s.call, &call) {
+                (Call::Api { verb: v1, resource: r1 }, Call::Api { verb: v2, resource: r2 }) => {
+                    v1 == v2 && counted_by(r2, r1)
+                }
+                (a, b) => a == b,
+            })
+            .count() as u32;
+        out.push(Step { call, nth, object });
+    }
+    out
+}
+
+/// Where the sidecar dies at a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Point {
+    /// The request is held before the API server (or the driver) sees it.
+    Before,
+    /// The API server (or the driver) acted; its answer is held.
+    After,
+}
+
+impl Point {
+    pub fn label(self) -> &'static str {
+        match self {
+            Point::Before => "before",
+            Point::After => "after",
+        }
+    }
+}
+
+/// One cell of the sweep.
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub flow: Flow,
+    pub step: Step,
+    pub point: Point,
+    /// The claim (the PV in the `delete` flow) deleted while the sidecar is down.
+    pub delete_while_down: bool,
+}
+
+/// What became of a case.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub case: Case,
+    /// The step was reached and held (false: the run went another way than the trace).
+    pub reached: bool,
+    /// The state once settled, before the teardown: the claim's phase (or "gone") and
+    /// the backend's volumes.
+    pub end: String,
+    /// Violated invariants (the teardown's included), with their details.
+    pub violations: Vec<InvariantResult>,
+    /// A case that could not be run (setup failed): why.
+    pub error: Option<String>,
+}
+
+impl Outcome {
+    pub fn violation_count(&self) -> usize {
+        check::total(&self.violations)
+    }
+
+    fn verdict(&self) -> String {
+        if let Some(e) = &self.error {
+            return format!("error: {e}");
+        }
+        if !self.reached {
+            return "step not reached".into();
+        }
+        if self.violations.is_empty() {
+            return "ok".into();
+        }
+        self.violations
+            .iter()
+            .map(|r| format!("**{}** ({})", r.name, r.violations.len()))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+/// Everything one sweep did.
+#[derive(Debug)]
+pub struct SweepReport {
+    pub sidecar: Sidecar,
+    pub policies: bool,
+    /// Each flow's steps, as its trace recorded them.
+    pub traces: Vec<(Flow, Vec<Step>)>,
+    pub outcomes: Vec<Outcome>,
+    pub elapsed: Duration,
+}
+
+impl SweepReport {
+    pub fn violations(&self) -> usize {
+        self.outcomes.iter().map(Outcome::violation_count).sum()
+    }
+
+    /// The markdown table of docs/reliability.md, then the details of every violation.
+    pub fn render(&self) -> String {
+        let mut out = format!(
+            "### Crash sweep: {}{}\n\n{} cases, {} steps not reached, {} errors, violations: {}; {:.0} s\n\n",
+            self.sidecar.label(),
+            if self.policies { " (policy mode)" } else { "" },
+            self.outcomes.len(),
+            self.outcomes.iter().filter(|o| !o.reached && o.error.is_none()).count(),
+            self.outcomes.iter().filter(|o| o.error.is_some()).count(),
+            self.violations(),
+            self.elapsed.as_secs_f64(),
+        );
+        for (flow, steps) in &self.traces {
+            let list: Vec<String> = steps.iter().map(|s| format!("`{}`", s.label())).collect();
+            out.push_str(&format!("- trace of `{}`: {}\n", flow.name(), list.join(", ")));
+        }
+        out.push_str(
+            "\n| flow | step | crash | deleted while down | end state | outcome |\n|---|---|---|---|---|---|\n",
+        );
+        for o in &self.outcomes {
+            out.push_str(&format!(
+                "| {} | `{}` ({}) | {} | {} | {} | {} |\n",
+                o.case.flow.name(),
+                o.case.step.label(),
+                o.case.step.object,
+                o.case.point.label(),
+                if o.case.delete_while_down {
+                    o.case.flow.deleted_while_down()
+                } else {
+                    "–"
+                },
+                o.end,
+                o.verdict(),
+            ));
+        }
+        let details: Vec<String> = self
+            .outcomes
+            .iter()
+            .flat_map(|o| {
+                o.violations.iter().flat_map(move |r| {
+                    r.violations.iter().map(move |v| {
+                        format!(
+                            "- {} / {} / {} / deleted {}: {}: {v}",
+                            o.case.flow.name(),
+                            o.case.step.label(),
+                            o.case.point.label(),
+                            o.case.delete_while_down,
+                            r.name
+                        )
+                    })
+                })
+            })
+            .collect();
+        if !details.is_empty() {
+            out.push_str("\nViolations:\n\n");
+            out.push_str(&details.join("\n"));
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// Knobs of a sweep.
+#[derive(Clone, Debug)]
+pub struct SweepOptions {
+    pub sidecar: Sidecar,
+    pub flows: Vec<Flow>,
+    /// Our sidecar in policy mode.
+    pub policies: bool,
+    /// Also crash at event writes (every `create events` of a trace).
+    pub events: bool,
+    pub seed: u64,
+    pub keep_dir: bool,
+    /// Cases run at once, each on its own stage.
+    pub jobs: usize,
+    /// Only the cases of this step (its label), crash point and deletion (the trace still
+    /// runs whole).
+    pub only: Option<(String, Point, bool)>,
+}
+
+type Shared = Arc<Mutex<World>>;
+
+/// Runs the trace of every flow, then every case of it, each on a stage of its own.
+pub async fn sweep(testbed: &Testbed, opts: &SweepOptions) -> Result<SweepReport, String> {
+    let started = Instant::now();
+    let mut traces = Vec::new();
+    let mut outcomes = Vec::new();
+    for &flow in &opts.flows {
+        let trace = trace(testbed, opts, flow).await?;
+        let steps: Vec<Step> = trace
+            .into_iter()
+            .filter(|s| opts.events || !matches!(&s.call, Call::Api { resource, .. } if resource.starts_with("events")))
+            .collect();
+        eprintln!(
+            "sweep: {} {}: {} steps: {}",
+            opts.sidecar.label(),
+            flow.name(),
+            steps.len(),
+            steps.iter().map(Step::label).collect::<Vec<_>>().join(", ")
+        );
+        let cases: Vec<Case> = steps
+            .iter()
+            .flat_map(|step| {
+                [Point::Before, Point::After].into_iter().flat_map(move |point| {
+                    [false, true].map(|delete_while_down| Case {
+                        flow,
+                        step: step.clone(),
+                        point,
+                        delete_while_down,
+                    })
+                })
+            })
+            .filter(|c| {
+                opts.only.as_ref().is_none_or(|(label, point, deleted)| {
+                    c.step.label() == *label && c.point == *point && c.delete_while_down == *deleted
+                })
+            })
+            .collect();
+        let mut done = futures::stream::iter(cases)
+            .map(|case| run_case(testbed, opts, case))
+            .buffered(opts.jobs.max(1));
+        while let Some(outcome) = done.next().await {
+            eprintln!(
+                "sweep: {} {} {} {} deleted={}: {} ({})",
+                opts.sidecar.label(),
+                flow.name(),
+                outcome.case.step.label(),
+                outcome.case.point.label(),
+                outcome.case.delete_while_down,
+                outcome.verdict(),
+                outcome.end
+            );
+            outcomes.push(outcome);
+        }
+        traces.push((flow, steps));
+    }
+    Ok(SweepReport {
+        sidecar: opts.sidecar,
+        policies: opts.policies,
+        traces,
+        outcomes,
+        elapsed: started.elapsed(),
+    })
+}
+
+async fn stage(testbed: &Testbed, opts: &SweepOptions) -> Result<(Shared, Arc<Book>), String> {
+    let world = World::setup(
+        testbed,
+        &StageOptions {
+            sidecar: opts.sidecar,
+            replicas: 1,
+            nodes: 0,
+            seed: opts.seed,
+            csi_timeout: "30s".into(),
+            extra_args: Vec::new(),
+            keep_dir: opts.keep_dir,
+            policies: opts.policies,
+        },
+    )
+    .await?;
+    let world = Arc::new(Mutex::new(world));
+    wait_for_leader(&world).await?;
+    Ok((world, Arc::new(Book::default())))
+}
+
+async fn end_stage(world: Shared) {
+    match Arc::try_unwrap(world) {
+        Ok(w) => w.into_inner().teardown().await,
+        Err(_) => eprintln!("sweep: stage still shared; not torn down"),
+    }
+}
+
+/// A clean run of `flow`: the steps it made after its trigger.
+async fn trace(testbed: &Testbed, opts: &SweepOptions, flow: Flow) -> Result<Vec<Step>, String> {
+    let (world, book) = stage(testbed, opts).await?;
+    let result = async {
+        let ctx = setup(&world, &book, flow).await?;
+        quiet().await;
+        let since = now_ms();
+        world.lock().await.proxy.record_writes();
+        trigger(&world, &book, flow, &ctx).await?;
+        finished(&world, flow, &ctx).await?;
+        // Late writes of the flow (an event after the last step) are steps too.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let w = world.lock().await;
+        let ledger = w.driver.control().await.map_err(|e| e.to_string())?.ledger().await;
+        let ledger = ledger.map_err(|e| format!("reading the ledger: {e}"))?;
+        Ok::<_, String>(steps(&w.proxy.journal(), &ledger.operations, since))
+    }
+    .await;
+    end_stage(world).await;
+    let steps = result.map_err(|e| format!("trace of {}: {e}", flow.name()))?;
+    if steps.is_empty() {
+        return Err(format!("trace of {}: no step recorded", flow.name()));
+    }
+    Ok(steps)
+}
+
+/// Lets the setup's last writes (events) go out before a journal or a count starts.
+async fn quiet() {
+    tokio::time::sleep(Duration::from_secs(1)).await;
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+async fn run_case(testbed: &Testbed, opts: &SweepOptions, case: Case) -> Outcome {
+    let mut outcome = Outcome {
+        case,
+        reached: false,
+        end: String::new(),
+        violations: Vec::new(),
+        error: None,
+    };
+    let (world, book) = match stage(testbed, opts).await {
+        Ok(s) => s,
+        Err(e) => {
+            outcome.error = Some(e);
+            return outcome;
+        }
+    };
+    if let Err(e) = crash_at(&world, &book, &mut outcome).await {
+        outcome.error = Some(e);
+    }
+    faults_off(&world).await;
+    let (results, snap) = settle(&world, &book, Duration::from_secs(90)).await;
+    outcome.end = end_state(&snap, &book);
+    let teardown = run::teardown_check(&world, &book, Duration::from_secs(90)).await;
+    outcome.violations = results
+        .into_iter()
+        .chain(std::iter::once(teardown))
+        .filter(|r| !r.violations.is_empty())
+        .collect();
+    end_stage(world).await;
+    outcome
+}
+
+/// The claim of the case, and the backend's volumes, once settled.
+fn end_state(snap: &check::Snapshot, book: &Book) -> String {
+    let claim = book
+        .created()
+        .into_iter()
+        .find(|c| c.name == CLAIM)
+        .and_then(|c| snap.claims.iter().find(|s| s.uid == c.uid));
+    let claim = match claim {
+        Some(c) if c.deleting => format!("claim {} (deleting)", c.phase),
+        Some(c) => format!("claim {}", c.phase),
+        None => "claim gone".into(),
+    };
+    let volumes = snap.ledger.volumes.len();
+    format!(
+        "{claim}, {volumes} volume{}",
+        if volumes == 1 { "" } else { "s" }
+    )
+}
+
+/// The claim every flow is about; a restore's or a clone's source is [`SOURCE`].
+const CLAIM: &str = "c";
+const SOURCE: &str = "src";
+const VOLUME_SNAPSHOT: &str = "vs";
+
+/// What a flow's setup made.
+#[derive(Default)]
+struct Context {
+    /// The data source of the claim to create.
+    source: Option<DataSource>,
+    /// The claim's UID, when the setup created it.
+    uid: Option<String>,
+}
+
+async fn driver_control(world: &Shared) -> Result<csi_test_driver::control::Client, String> {
+    world
+        .lock()
+        .await
+        .driver
+        .control()
+        .await
+        .map_err(|e| format!("the driver's control socket: {e}"))
+}
+
+async fn setup(world: &Shared, book: &Arc<Book>, flow: Flow) -> Result<Context, String> {
+    let mut ctx = Context::default();
+    match flow {
+        Flow::Provision => {}
+        Flow::Restore | Flow::Clone => {
+            let uid = create(world, book, SOURCE, None).await?;
+            bound(world, SOURCE).await?;
+            ctx.source = Some(if flow == Flow::Restore {
+                let (snapshots, class) = {
+                    let w = world.lock().await;
+                    (w.snapshots(), w.snapshot_class.clone())
+                };
+                let uid = run::make_snapshot(book, &snapshots, VOLUME_SNAPSHOT, &class, SOURCE)
+                    .await?;
+                poll("the VolumeSnapshot to be ready", || {
+                    let snapshots = snapshots.clone();
+                    async move {
+                        let s = snapshots.get(VOLUME_SNAPSHOT).await.ok()?;
+                        s.data
+                            .pointer("/status/readyToUse")
+                            .and_then(|v| v.as_bool())
+                            .filter(|r| *r)
+                            .map(drop)
+                    }
+                })
+                .await?;
+                DataSource {
+                    kind: SourceKind::Snapshot,
+                    name: VOLUME_SNAPSHOT.into(),
+                    uid,
+                    deleted: false,
+                }
+            } else {
+                DataSource {
+                    kind: SourceKind::Claim,
+                    name: SOURCE.into(),
+                    uid,
+                    deleted: false,
+                }
+            });
+        }
+        Flow::Delete => {
+            ctx.uid = Some(create(world, book, CLAIM, None).await?);
+            bound(world, CLAIM).await?;
+        }
+        Flow::Cleanup => {
+            let control = driver_control(world).await?;
+            // The volume is made, its answer held; the claim is deleted meanwhile.
+            control
+                .set_fault(
+                    "CreateVolume",
+                    DriverFault::Hold {
+                        nth: 1,
+                        after: true,
+                    },
+                )
+                .await
+                .map_err(|e| format!("arming the setup's hold: {e}"))?;
+            ctx.uid = Some(create(world, book, CLAIM, None).await?);
+            control
+                .wait_for_held("CreateVolume", 1, REACH)
+                .await
+                .map_err(|e| format!("waiting for the setup's CreateVolume: {e}"))?;
+            delete_claim(world, book, CLAIM).await?;
+        }
+    }
+    Ok(ctx)
+}
+
+async fn trigger(world: &Shared, book: &Arc<Book>, flow: Flow, ctx: &Context) -> Result<(), String> {
+    match flow {
+        Flow::Provision | Flow::Restore | Flow::Clone => {
+            create(world, book, CLAIM, ctx.source.clone()).await?;
+        }
+        Flow::Delete => delete_claim(world, book, CLAIM).await?,
+        Flow::Cleanup => {
+            driver_control(world)
+                .await?
+                .release("CreateVolume")
+                .await
+                .map_err(|e| format!("releasing the setup's CreateVolume: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Waits until the trace's flow is over.
+async fn finished(world: &Shared, flow: Flow, ctx: &Context) -> Result<(), String> {
+    match flow {
+        Flow::Provision | Flow::Restore | Flow::Clone => bound(world, CLAIM).await,
+        Flow::Delete | Flow::Cleanup => {
+            let (claims, client) = {
+                let w = world.lock().await;
+                (w.claims(), w.client.clone())
+            };
+            let control = driver_control(world).await?;
+            let pv = format!("pvc-{}", ctx.uid.clone().unwrap_or_default());
+            poll("the claim, its PV and its volume to be gone", || {
+                let (claims, control) = (claims.clone(), &control);
+                let pvs = kube::Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(
+                    client.clone(),
+                );
+                let pv = pv.clone();
+                async move {
+                    let claim = claims.get_opt(CLAIM).await.ok()?;
+                    let pv = pvs.get_opt(&pv).await.ok()?;
+                    let ledger = control.ledger().await.ok()?;
+                    (claim.is_none() && pv.is_none() && ledger.volumes.is_empty()).then_some(())
+                }
+            })
+            .await
+        }
+    }
+}
+
+/// Sets up the flow, aims the hold at the case's step, triggers, and when the step is held
+/// kills the sidecar, deletes what the case deletes, lets the held request go nowhere, and
+/// restarts the sidecar.
+async fn crash_at(world: &Shared, book: &Arc<Book>, outcome: &mut Outcome) -> Result<(), String> {
+    let case = outcome.case.clone();
+    let ctx = setup(world, book, case.flow).await?;
+    quiet().await;
+    let after = case.point == Point::After;
+    let control = driver_control(world).await?;
+    match &case.step.call {
+        Call::Api { verb, resource } => {
+            world.lock().await.proxy.add_rule(
+                Rule::new(Fault::Hold { after })
+                    .verbs(&[verb.as_str()])
+                    .resources(&[resource.as_str()])
+                    .skip(u64::from(case.step.nth - 1))
+                    .count(1),
+            );
+        }
+        Call::Csi { method } => control
+            .set_fault(
+                method,
+                DriverFault::Hold {
+                    nth: case.step.nth,
+                    after,
+                },
+            )
+            .await
+            .map_err(|e| format!("arming the hold: {e}"))?,
+    }
+    trigger(world, book, case.flow, &ctx).await?;
+    let reached = match &case.step.call {
+        Call::Api { .. } => {
+            let proxy_held = poll("the step", || async {
+                (!world.lock().await.proxy.held().is_empty()).then_some(())
+            });
+            proxy_held.await.is_ok()
+        }
+        Call::Csi { method } => control.wait_for_held(method, 1, REACH).await.is_ok(),
+    };
+    outcome.reached = reached;
+    if !reached {
+        return Ok(());
+    }
+    kill(world).await?;
+    if case.delete_while_down {
+        match case.flow {
+            Flow::Delete => {
+                let client = world.lock().await.client.clone();
+                let pvs = kube::Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(client);
+                let pv = format!("pvc-{}", ctx.uid.clone().unwrap_or_default());
+                pvs.delete(&pv, &DeleteParams::default())
+                    .await
+                    .map_err(|e| format!("deleting PV {pv}: {e}"))?;
+            }
+            _ => delete_claim(world, book, CLAIM).await?,
+        }
+    }
+    // The held request goes nowhere: before, it never reaches the server; after, its
+    // answer is lost with the process that waited for it.
+    world.lock().await.proxy.drop_held();
+    control
+        .drop_held(None)
+        .await
+        .map_err(|e| format!("dropping the held call: {e}"))?;
+    // `faults_off` (the caller's next step) clears every rule and restarts the sidecar.
+    Ok(())
+}
+
+/// SIGKILLs the sidecar and waits until it is gone (it stays down until `faults_off`).
+async fn kill(world: &Shared) -> Result<(), String> {
+    world.lock().await.replicas[0].kill_and_hold();
+    poll("the sidecar to die", || async {
+        world.lock().await.replicas[0].pid().is_none().then_some(())
+    })
+    .await
+}
+
+async fn create(
+    world: &Shared,
+    book: &Arc<Book>,
+    name: &str,
+    source: Option<DataSource>,
+) -> Result<String, String> {
+    let (api, class) = {
+        let w = world.lock().await;
+        (w.claims(), w.class_immediate.clone())
+    };
+    let from = source.as_ref().map(|s| {
+        let kind = match s.kind {
+            SourceKind::Snapshot => SNAPSHOT_KIND,
+            SourceKind::Claim => check::CLAIM_KIND,
+        };
+        (kind, s.name.as_str())
+    });
+    let uid = create_claim(&api, &claim_body_from(name, &class, None, from)).await?;
+    book.add(Record {
+        name: name.into(),
+        uid: uid.clone(),
+        fate: run::Fate::Keep,
+        delete_scheduled: false,
+        deleted: false,
+        source,
+    });
+    Ok(uid)
+}
+
+async fn delete_claim(world: &Shared, book: &Arc<Book>, name: &str) -> Result<(), String> {
+    let api = world.lock().await.claims();
+    if !book.schedule(name) {
+        return Ok(());
+    }
+    let result = api.delete(name, &DeleteParams::default()).await;
+    book.finish_delete(name, result.is_ok());
+    result.map(drop).map_err(|e| format!("deleting claim {name}: {e}"))
+}
+
+async fn bound(world: &Shared, name: &str) -> Result<(), String> {
+    let api = world.lock().await.claims();
+    poll(&format!("claim {name} to be Bound"), || {
+        let api = api.clone();
+        async move {
+            let c = api.get(name).await.ok()?;
+            (c.status.and_then(|s| s.phase).as_deref() == Some("Bound")).then_some(())
+        }
+    })
+    .await
+}
+
+/// Waits until the sidecar holds the Lease, and a little more for its caches.
+async fn wait_for_leader(world: &Shared) -> Result<(), String> {
+    let (leases, name) = world.lock().await.lease();
+    poll("a leader", || {
+        let (leases, name) = (leases.clone(), name.clone());
+        async move {
+            crate::world::lease_holder(&leases, &name)
+                .await
+                .filter(|h| !h.is_empty())
+        }
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    Ok(())
+}
+
+async fn poll<T, F, Fut>(what: &str, mut f: F) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let until = Instant::now() + REACH;
+    loop {
+        if let Some(v) = f().await {
+            return Ok(v);
+        }
+        if Instant::now() >= until {
+            return Err(format!("timed out waiting for {what}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use csi_test_driver::code::GrpcCode;
+
+    fn write(at_ms: u64, verb: &str, resource: &str, name: &str) -> WriteRecord {
+        WriteRecord {
+            at_ms,
+            verb: verb.into(),
+            resource: resource.into(),
+            namespace: Some("n".into()),
+            name: Some(name.into()),
+            body: String::new(),
+        }
+    }
+
+    fn op(at_ms: u64, method: &str) -> OperationRecord {
+        let mut o = OperationRecord::new(method, Some("pvc-1".into()), None);
+        o.at_ms = at_ms;
+        o.code = GrpcCode::Ok;
+        o
+    }
+
+    #[test]
+    fn a_trace_numbers_each_kind_of_request_as_the_hold_rules_count_them() {
+        let writes = [
+            write(5, "patch", "persistentvolumeclaims", "old"),
+            write(10, "patch", "persistentvolumeclaims", "c"),
+            write(12, "update", "leases", "lease"),
+            write(30, "create", "persistentvolumes", "pvc-1"),
+            write(31, "create", "events", "c.1"),
+            write(40, "patch", "persistentvolumeclaims/status", "c"),
+            write(41, "patch", "persistentvolumeclaims", "c"),
+        ];
+        let ops = [op(20, "CreateVolume"), op(21, "CreateSnapshot"), op(35, "CreateVolume")];
+        let labels: Vec<String> = steps(&writes, &ops, 10).iter().map(Step::label).collect();
+        assert_eq!(
+            labels,
+            [
+                "patch persistentvolumeclaims #1",
+                "CreateVolume #1",
+                "create persistentvolumes #1",
+                "create events #1",
+                "CreateVolume #2",
+                // A rule on the subresource counts only it; one on the resource counts the
+                // subresource's writes too (the proxy's matching).
+                "patch persistentvolumeclaims/status #1",
+                "patch persistentvolumeclaims #3",
+            ]
+        );
+    }
+
+    #[test]
+    fn flows_parse_by_name_or_all() {
+        assert_eq!(Flow::parse_list("all").unwrap(), Flow::ALL.to_vec());
+        assert_eq!(
+            Flow::parse_list("delete,provision").unwrap(),
+            vec![Flow::Delete, Flow::Provision]
+        );
+        assert!(Flow::parse_list("bogus").unwrap_err().contains("unknown flow"));
+    }
+}
