@@ -49,11 +49,15 @@ bench-quick:
 
 # Chaos soak (`make test` already runs a bounded chaos run): every fault kind against our
 # sidecar (SIDECAR=upstream or both for the comparison), then the invariant table; fails on
-# any violation. SCENARIO=issue-486|issue-1469|issue-1469-pv-gone|restart-during-cleanup replays a named failure instead.
+# any violation. SCENARIO=issue-486|issue-1469|issue-1469-pv-gone|restart-during-cleanup|time-travel
+# replays a named failure instead.
 #   make chaos CLAIMS=2000 DURATION=15m SEED=1 SIDECAR=ours
 #   make chaos NODES=3 CLAIMS=500 SEED=1   (a node deployment: a sidecar and a driver per node;
 #                                          NODE_DEPLOYMENT=1 is NODES=3)
 #   make chaos POLICIES=1 SEED=1           (policy mode: the intent policies installed for the run
 #                                          and removed mid-run, our sidecar with --admission-intent)
+#   make chaos SWEEP=all SIDECAR=both      (the crash sweep: a kill at every API write and CSI call
+#                                          of every flow, before and after, with and without a
+#                                          deletion while down; CHAOS_ARGS=--sweep-events adds events)
 chaos:
-	@CLAIMS=$(CLAIMS) DURATION=$(DURATION) RATE=$(RATE) SEED=$(SEED) SIDECAR=$(SIDECAR) SCENARIO=$(SCENARIO) RESTORES=$(RESTORES) CLONES=$(CLONES) NODES=$(NODES) NODE_DEPLOYMENT=$(NODE_DEPLOYMENT) POLICIES=$(POLICIES) bash scripts/chaos.sh
+	@CLAIMS=$(CLAIMS) DURATION=$(DURATION) RATE=$(RATE) SEED=$(SEED) SIDECAR=$(SIDECAR) SCENARIO=$(SCENARIO) RESTORES=$(RESTORES) CLONES=$(CLONES) NODES=$(NODES) NODE_DEPLOYMENT=$(NODE_DEPLOYMENT) POLICIES=$(POLICIES) SWEEP=$(SWEEP) bash scripts/chaos.sh

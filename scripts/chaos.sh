@@ -3,7 +3,10 @@
 # CSI_TESTBED_KUBECONFIG points at a running one), then the invariant table. On a control
 # plane of its own the soak also restarts kube-apiserver and etcd mid-run
 # (--restart-control-plane); on a shared one it does not (CHAOS_RESTART=0 turns it off).
-#   CLAIMS=2000 DURATION=15m RATE=3 SEED=1 SIDECAR=ours|upstream|both SCENARIO=issue-486|issue-1469|issue-1469-pv-gone|restart-during-cleanup
+#   CLAIMS=2000 DURATION=15m RATE=3 SEED=1 SIDECAR=ours|upstream|both SCENARIO=issue-486|issue-1469|issue-1469-pv-gone|restart-during-cleanup|time-travel
+#   SWEEP=all (or some of provision,restore,clone,delete,cleanup): the crash sweep instead, a
+#   kill at every API write and CSI call of those flows (CHAOS_ARGS=--sweep-events: at the
+#   event writes too)
 #   RESTORES=0.2 CLONES=0.1 (shares of restores and clones among the claims)
 #   NODES=3 (a node deployment of three nodes instead: a sidecar and a driver per node);
 #   NODE_DEPLOYMENT=1 is the same as NODES=3
@@ -40,7 +43,9 @@ if [ -z "${CSI_TESTBED_KUBECONFIG:-}" ]; then
 fi
 args=(--sidecar "${SIDECAR:-ours}" --seed "${SEED:-1}")
 if [ "${POLICIES:-0}" = 1 ]; then args+=(--policies); fi
-if [ -n "${SCENARIO:-}" ]; then
+if [ -n "${SWEEP:-}" ]; then
+  args+=(--sweep "$SWEEP")
+elif [ -n "${SCENARIO:-}" ]; then
   args+=(--scenario "$SCENARIO")
 else
   args+=(--claims "${CLAIMS:-2000}" --duration "${DURATION:-15m}" --rate "${RATE:-3}")

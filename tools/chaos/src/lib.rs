@@ -15,6 +15,7 @@ pub mod report;
 pub mod run;
 pub mod scenarios;
 pub mod sweep;
+pub mod timetravel;
 pub mod world;
 
 pub use faults::FaultMix;

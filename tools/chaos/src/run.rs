@@ -870,6 +870,7 @@ pub async fn run(testbed: &Testbed, cfg: &ChaosConfig) -> Result<Report, String>
             nodes: cfg.nodes,
             seed: cfg.seed,
             // Both sidecars' default; injected driver latency stays well below it.
+            leader_election: true,
             csi_timeout: "10s".into(),
             extra_args: Vec::new(),
             keep_dir: cfg.keep_dir,

@@ -18,6 +18,13 @@
 //! - `restart-during-cleanup` (found by our soak): a claim deleted during provisioning is
 //!   being cleaned up; the sidecar dies while its `DeleteVolume` is in flight, the backend
 //!   finishes it. The restarted sidecar must not create the volume again to learn a handle.
+//! - `time-travel` (the stale-state bugs of other controllers, after Sieve): a second
+//!   kube-apiserver on the same etcd is cut off from etcd (its watch cache frozen) while a
+//!   claim is provisioned, bound and deleted through the first one; the sidecar restarts
+//!   onto the second, whose cache still shows the claim as it was before it was bound and
+//!   knows nothing of its PV since deleted. No volume may be created, nothing deleted; then
+//!   the partition heals. Needs the test bed's directory (a second server is started from
+//!   its command line); no Lease (a consistent read cannot be answered there meanwhile).
 //!
 //! Each runs in policy mode too (`policies`): the claim's intent then comes from admission,
 //! and our sidecar checks its copy of the claim in a freshness round instead of writing.
@@ -27,6 +34,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use csi_test_driver::control::Fault as DriverFault;
+use kube::Api;
 use kube_fault_proxy::{Fault, Rule};
 use tokio_util::sync::CancellationToken;
 
@@ -41,6 +49,7 @@ pub enum Scenario {
     Issue1469,
     Issue1469PvGone,
     RestartDuringCleanup,
+    TimeTravel,
 }
 
 impl Scenario {
@@ -50,6 +59,7 @@ impl Scenario {
             Scenario::Issue1469 => "issue-1469",
             Scenario::Issue1469PvGone => "issue-1469-pv-gone",
             Scenario::RestartDuringCleanup => "restart-during-cleanup",
+            Scenario::TimeTravel => "time-travel",
         }
     }
 }
@@ -62,8 +72,10 @@ impl std::str::FromStr for Scenario {
             "issue-1469" => Ok(Scenario::Issue1469),
             "issue-1469-pv-gone" => Ok(Scenario::Issue1469PvGone),
             "restart-during-cleanup" => Ok(Scenario::RestartDuringCleanup),
+            "time-travel" => Ok(Scenario::TimeTravel),
             other => Err(format!(
-                "unknown scenario {other:?} (issue-486, issue-1469, issue-1469-pv-gone, restart-during-cleanup)"
+                "unknown scenario {other:?} (issue-486, issue-1469, issue-1469-pv-gone, \
+                 restart-during-cleanup, time-travel)"
             )),
         }
     }
@@ -93,6 +105,7 @@ pub async fn run(
             nodes: 0,
             seed,
             // Long enough that the slow calls of issue-1469 are not cut short.
+            leader_election: scenario != Scenario::TimeTravel,
             csi_timeout: "30s".into(),
             extra_args: Vec::new(),
             keep_dir,
@@ -105,11 +118,14 @@ pub async fn run(
     let book = Arc::new(Book::default());
     let intents = watch_intents(&world, background.clone());
     let world = Arc::new(tokio::sync::Mutex::new(world));
+    // Time travel: the claim's volume name, and when the claim was gone for good.
+    let mut late: Option<(String, u64)> = None;
     let steps = match scenario {
         Scenario::Issue486 => issue_486(&world, &book).await,
         Scenario::Issue1469 => issue_1469(&world, &book, false).await,
         Scenario::Issue1469PvGone => issue_1469(&world, &book, true).await,
         Scenario::RestartDuringCleanup => restart_during_cleanup(&world, &book).await,
+        Scenario::TimeTravel => time_travel(&world, &book, testbed, &mut late).await,
     };
     faults_off(&world).await;
     let (invariants, snap) = settle(&world, &book, Duration::from_secs(60)).await;
@@ -133,6 +149,9 @@ pub async fn run(
     report.add_intents(&intents.counts(&snap));
     report.timing = vec![("total", started.elapsed())];
     report.invariants = invariants;
+    if let Some((volume, gone_at)) = &late {
+        report.invariants.push(created_after_gone(&snap.ledger, volume, *gone_at));
+    }
     report.dir = keep_dir.then(|| w.dir.clone());
     w.teardown().await;
     Ok(report)
@@ -438,4 +457,160 @@ async fn restart_during_cleanup(
         ("backend finished the DeleteVolume", 1),
         ("sidecar restarted", 1),
     ]))
+}
+
+/// The time-travel verdict's own row.
+pub const NONE_CREATED_AFTER_GONE: &str =
+    "no volume created for a claim after it was gone (time travel)";
+
+/// A `CreateVolume` that made `volume` after `gone_at_ms` (its claim was deleted, its PV and
+/// volume gone) acted on a stale view.
+fn created_after_gone(
+    ledger: &csi_test_driver::ledger::Ledger,
+    volume: &str,
+    gone_at_ms: u64,
+) -> crate::check::InvariantResult {
+    crate::check::InvariantResult {
+        name: NONE_CREATED_AFTER_GONE,
+        violations: ledger
+            .operations_of("CreateVolume")
+            .filter(|op| op.created && op.name.as_deref() == Some(volume) && op.at_ms > gone_at_ms)
+            .map(|op| {
+                format!(
+                    "volume {volume} created again {} ms after its claim, PV and volume were gone",
+                    op.at_ms - gone_at_ms
+                )
+            })
+            .collect(),
+    }
+}
+
+/// How long the sidecar runs against the frozen server before the partition heals: well
+/// under the ~40 s after which the etcd client's keepalive gives up on the link.
+const STALE_FOR: Duration = Duration::from_secs(12);
+
+async fn time_travel(
+    world: &Arc<tokio::sync::Mutex<World>>,
+    book: &Arc<Book>,
+    testbed: &Testbed,
+    late: &mut Option<(String, u64)>,
+) -> Result<BTreeMap<&'static str, u64>, String> {
+    let dir = testbed
+        .dir
+        .as_ref()
+        .ok_or("time-travel needs CSI_TESTBED_DIR (a test bed started by testbed/cluster.sh)")?;
+    let (control, ns, log) = {
+        let w = world.lock().await;
+        let control = w.driver.control().await.map_err(|e| e.to_string())?;
+        (control, w.ns.clone(), w.dir.join("apiserver-2.log"))
+    };
+    let second =
+        crate::timetravel::SecondApiserver::start(dir, &testbed.kubeconfig, log).await?;
+    let result = async {
+        // A claim that stays Bound throughout: nothing may take its volume.
+        create(world, book, "kept").await?;
+        bound(world, "kept").await?;
+        // The claim to travel with: its CreateVolume held until the second server's cache
+        // has it as it is now (Pending, our intent on it), and is then cut off.
+        control
+            .set_fault(
+                "CreateVolume",
+                DriverFault::Hold {
+                    nth: 1,
+                    after: false,
+                },
+            )
+            .await
+            .map_err(err("arming the hold"))?;
+        let uid = create(world, book, "c-travel").await?;
+        control
+            .wait_for_held("CreateVolume", 1, Duration::from_secs(60))
+            .await
+            .map_err(err("waiting for CreateVolume"))?;
+        let api = world.lock().await.claims();
+        let now = api.get("c-travel").await.map_err(|e| e.to_string())?;
+        poll("the second server's cache to catch up", Duration::from_secs(30), || {
+            let (second, ns, now) = (&second, &ns, &now);
+            async move {
+                let cached = second.cached_claims(ns).await.ok()?;
+                cached
+                    .iter()
+                    .any(|c| c.metadata.resource_version == now.metadata.resource_version)
+                    .then_some(())
+            }
+        })
+        .await?;
+        second.link.freeze(true);
+        control.release("CreateVolume").await.map_err(err("releasing"))?;
+        bound(world, "c-travel").await?;
+        delete_now(world, book, "c-travel").await;
+        let volume = format!("pvc-{uid}");
+        let pvs = Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(
+            world.lock().await.client.clone(),
+        );
+        poll("the claim, its PV and its volume to be gone", Duration::from_secs(60), || {
+            let (api, pvs, control, volume) = (&api, &pvs, &control, &volume);
+            async move {
+                let claim = api.get_opt("c-travel").await.ok()?;
+                let pv = pvs.get_opt(volume).await.ok()?;
+                let ledger = control.ledger().await.ok()?;
+                let held = ledger.volumes.values().any(|v| &v.name == volume);
+                (claim.is_none() && pv.is_none() && !held).then_some(())
+            }
+        })
+        .await?;
+        *late = Some((volume, now_ms()));
+        // The past, as the second server shows it: the claim alive, not bound.
+        let stale = second.shows_live(&ns, &uid).await;
+        // The sidecar restarts onto the stale server.
+        world.lock().await.replicas[0].kill_and_hold();
+        poll("the sidecar to die", Duration::from_secs(30), || async {
+            world.lock().await.replicas[0].pid().is_none().then_some(())
+        })
+        .await?;
+        {
+            let w = world.lock().await;
+            w.proxy
+                .set_upstream(second.config.clone())
+                .map_err(|e| e.to_string())?;
+            w.replicas[0].resume();
+        }
+        tokio::time::sleep(STALE_FOR).await;
+        // The partition heals; the sidecar stays on the second server, now current.
+        second.link.freeze(false);
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        Ok::<_, String>(BTreeMap::from([
+            ("claim provisioned, bound, deleted while the second server was cut off", 1),
+            ("second server's cache showed the deleted claim alive at the restart", u64::from(stale)),
+            ("sidecar restarted onto the stale server", 1),
+            ("partition healed", 1),
+        ]))
+    }
+    .await;
+    // Back to the first server before the second one goes (the settle phase follows).
+    {
+        let w = world.lock().await;
+        let (_, first) = crate::world::admin_client(&testbed.kubeconfig).await?;
+        let _ = w.proxy.set_upstream(first);
+    }
+    second.stop().await;
+    result
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+async fn bound(world: &Arc<tokio::sync::Mutex<World>>, name: &str) -> Result<(), String> {
+    let api = world.lock().await.claims();
+    poll(&format!("claim {name} to be Bound"), Duration::from_secs(90), || {
+        let api = api.clone();
+        async move {
+            let c = api.get(name).await.ok()?;
+            (c.status.and_then(|s| s.phase).as_deref() == Some("Bound")).then_some(())
+        }
+    })
+    .await
 }

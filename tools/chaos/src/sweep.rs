@@ -412,6 +412,7 @@ async fn stage(testbed: &Testbed, opts: &SweepOptions) -> Result<(Shared, Arc<Bo
             replicas: 1,
             nodes: 0,
             seed: opts.seed,
+            leader_election: true,
             csi_timeout: "30s".into(),
             extra_args: Vec::new(),
             keep_dir: opts.keep_dir,

@@ -135,6 +135,9 @@ pub struct StageOptions {
     pub seed: u64,
     /// Sidecar `--timeout` (per CSI call).
     pub csi_timeout: String,
+    /// A central deployment's replicas contend for the Lease (false: `--leader-election=false`,
+    /// for a scenario whose API server cannot answer a consistent read for a while).
+    pub leader_election: bool,
     /// Extra flags for every replica.
     pub extra_args: Vec<String>,
     /// Keep the work directory (logs, ledger) after the run.
@@ -464,6 +467,8 @@ impl World {
                 "--node-deployment-base-delay=300ms".into(),
                 "--node-deployment-max-delay=3s".into(),
             ]);
+        } else if !opts.leader_election {
+            args.push("--leader-election=false".to_string());
         } else {
             args.extend([
                 "--leader-election".to_string(),

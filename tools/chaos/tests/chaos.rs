@@ -377,3 +377,39 @@ async fn the_sweep_finds_upstreams_leak_when_it_dies_after_create_volume() {
         .sum();
     assert_eq!(leaks, 1, "\n{table}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_travel_onto_a_lagging_api_server_creates_and_deletes_nothing_with_our_sidecar() {
+    let report = chaos::scenarios::run(
+        &testbed(),
+        Scenario::TimeTravel,
+        Sidecar::Ours,
+        29,
+        false,
+        false,
+    )
+    .await
+    .expect("scenario");
+    let table = report.render();
+    println!("{table}");
+    // Real: the second server's cache showed the deleted claim alive when the sidecar
+    // restarted onto it.
+    assert_eq!(
+        report
+            .actions
+            .get("second server's cache showed the deleted claim alive at the restart"),
+        Some(&1),
+        "{table}"
+    );
+    assert!(
+        report
+            .invariants
+            .iter()
+            .any(|r| r.name == chaos::scenarios::NONE_CREATED_AFTER_GONE),
+        "{table}"
+    );
+    // One volume for the claim kept, one for the claim that travelled; one deleted.
+    assert_eq!(backend(&report, "volumes created"), 2, "{table}");
+    assert_eq!(backend(&report, "volumes deleted"), 1, "{table}");
+    assert_eq!(report.violations(), 0, "\n{table}");
+}

@@ -29,12 +29,27 @@ pub struct Shared {
     pub(crate) holds: Holds,
     /// Resources whose open watch streams must be cut now (empty: all).
     pub(crate) cuts: broadcast::Sender<Vec<String>>,
+    /// The API server requests go to (one of several, see [`Proxy::set_upstream`]).
+    upstream: Mutex<kube::Client>,
 }
 
 impl Shared {
     pub(crate) fn rules(&self) -> MutexGuard<'_, RuleSet> {
         self.rules.lock().expect("rule set poisoned")
     }
+
+    fn upstream(&self) -> kube::Client {
+        self.upstream.lock().expect("upstream poisoned").clone()
+    }
+}
+
+/// A client for the proxy's upstream side: no read timeout (watches stay open for minutes;
+/// only the API server ends them) and no retries (the API server's own 429/503/504 go to
+/// the client, which decides).
+fn upstream_client(mut config: kube::Config) -> std::io::Result<kube::Client> {
+    config.read_timeout = None;
+    config.default_retry = false;
+    kube::Client::try_from(config).map_err(std::io::Error::other)
 }
 
 /// A running proxy. Dropping it stops accepting and closes every connection.
@@ -49,14 +64,10 @@ impl Proxy {
     /// `config` (its CA, its credentials). Faults are drawn from an RNG seeded with `seed`.
     pub async fn start(
         listen: SocketAddr,
-        mut config: kube::Config,
+        config: kube::Config,
         seed: u64,
     ) -> std::io::Result<Proxy> {
-        // Watches stay open for minutes; only the API server ends them.
-        config.read_timeout = None;
-        // Transparent: the API server's own 429/503/504 go to the client, which decides.
-        config.default_retry = false;
-        let client = kube::Client::try_from(config).map_err(std::io::Error::other)?;
+        let client = upstream_client(config)?;
         let listener = TcpListener::bind(listen).await?;
         let addr = listener.local_addr()?;
         let (cuts, _) = broadcast::channel(16);
@@ -64,9 +75,10 @@ impl Proxy {
             rules: Mutex::new(RuleSet::new(seed)),
             holds: Holds::default(),
             cuts,
+            upstream: Mutex::new(client),
         });
         let (shutdown, stopped) = watch::channel(false);
-        tokio::spawn(accept(listener, client, shared.clone(), stopped));
+        tokio::spawn(accept(listener, shared.clone(), stopped));
         Ok(Proxy {
             addr,
             shared,
@@ -81,6 +93,15 @@ impl Proxy {
     /// `http://127.0.0.1:<port>`: the `server` for the proxied client's kubeconfig.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// Sends every request from now on to the API server of `config` (another
+    /// kube-apiserver of the same etcd, say), and cuts every open watch stream so that
+    /// clients watch again, there.
+    pub fn set_upstream(&self, config: kube::Config) -> std::io::Result<()> {
+        *self.shared.upstream.lock().expect("upstream poisoned") = upstream_client(config)?;
+        self.cut_watches(&[]);
+        Ok(())
     }
 
     pub fn add_rule(&self, rule: Rule) -> u64 {
@@ -167,7 +188,6 @@ pub fn kubeconfig_for(server: &str, namespace: &str) -> String {
 
 async fn accept(
     listener: TcpListener,
-    client: kube::Client,
     shared: Arc<Shared>,
     mut stopped: watch::Receiver<bool>,
 ) {
@@ -183,11 +203,10 @@ async fn accept(
             _ = stopped.changed() => return,
         };
         let _ = stream.set_nodelay(true);
-        let client = client.clone();
         let shared = shared.clone();
         let mut stop = stopped.clone();
         tokio::spawn(async move {
-            let service = service_fn(move |req| handle(shared.clone(), client.clone(), req));
+            let service = service_fn(move |req| handle(shared.clone(), req));
             let conn = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service);
             tokio::select! {
@@ -219,7 +238,6 @@ fn skip_request_header(name: &HeaderName) -> bool {
 
 async fn handle(
     shared: Arc<Shared>,
-    client: kube::Client,
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let (parts, body) = req.into_parts();
@@ -285,7 +303,7 @@ async fn handle(
         }
     };
     shared.rules().record_forwarded(watch);
-    let response = match client.send(upstream).await {
+    let response = match shared.upstream().send(upstream).await {
         Ok(r) => r,
         Err(e) => {
             warn!(error = %e, verb = %info.verb, resource = %info.full_resource(), "upstream request failed");
