@@ -83,9 +83,21 @@ struct Args {
     /// With --sweep: crash at the event writes too.
     #[arg(long)]
     sweep_events: bool,
+    /// With --scenario: an environment variable for the sidecar, KEY=VALUE (repeatable);
+    /// e.g. KUBE_FEATURE_WatchListClient=false makes upstream's client-go list from the
+    /// API server's cache (resourceVersion=0), as older releases did.
+    #[arg(long, value_parser = key_value)]
+    sidecar_env: Vec<(String, String)>,
     /// With --sweep: cases run at once (each on a stage of its own).
     #[arg(long, default_value_t = 2)]
     sweep_jobs: usize,
+}
+
+fn key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("{s:?} is not KEY=VALUE")),
+    }
 }
 
 fn share(s: &str) -> Result<f64, String> {
@@ -166,13 +178,14 @@ async fn run(args: Args) -> Result<usize, String> {
     for sidecar in sidecars {
         let report = match scenario {
             Some(s) => {
-                chaos::scenarios::run(
+                chaos::scenarios::run_with_env(
                     &testbed,
                     s,
                     sidecar,
                     args.seed,
                     args.keep_logs,
                     args.policies,
+                    args.sidecar_env.clone(),
                 )
                 .await?
             }

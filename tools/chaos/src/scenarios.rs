@@ -95,6 +95,19 @@ pub async fn run(
     keep_dir: bool,
     policies: bool,
 ) -> Result<Report, String> {
+    run_with_env(testbed, scenario, sidecar, seed, keep_dir, policies, Vec::new()).await
+}
+
+/// [`run`], the sidecar started with this extra environment.
+pub async fn run_with_env(
+    testbed: &Testbed,
+    scenario: Scenario,
+    sidecar: Sidecar,
+    seed: u64,
+    keep_dir: bool,
+    policies: bool,
+    sidecar_env: Vec<(String, String)>,
+) -> Result<Report, String> {
     let started = Instant::now();
     let mode = Mode::of(policies, sidecar);
     let world = World::setup(
@@ -108,6 +121,7 @@ pub async fn run(
             leader_election: scenario != Scenario::TimeTravel,
             csi_timeout: "30s".into(),
             extra_args: Vec::new(),
+            sidecar_env,
             keep_dir,
             policies: mode == Mode::Policies,
         },

@@ -91,10 +91,11 @@ impl Flow {
     }
 
     /// What "deleted while the sidecar is down" deletes in this flow.
+    /// (The claim of `delete` and `cleanup` is deleted already: their PV is.)
     fn deleted_while_down(self) -> &'static str {
         match self {
-            Flow::Delete => "PV",
-            _ => "claim",
+            Flow::Delete | Flow::Cleanup => "PV",
+            Flow::Provision | Flow::Restore | Flow::Clone => "claim",
         }
     }
 }
@@ -280,10 +281,9 @@ impl SweepReport {
         );
         for o in &self.outcomes {
             out.push_str(&format!(
-                "| {} | `{}` ({}) | {} | {} | {} | {} |\n",
+                "| {} | `{}` | {} | {} | {} | {} |\n",
                 o.case.flow.name(),
                 o.case.step.label(),
-                o.case.step.object,
                 o.case.point.label(),
                 if o.case.delete_while_down {
                     o.case.flow.deleted_while_down()
@@ -415,6 +415,7 @@ async fn stage(testbed: &Testbed, opts: &SweepOptions) -> Result<(Shared, Arc<Bo
             leader_election: true,
             csi_timeout: "30s".into(),
             extra_args: Vec::new(),
+            sidecar_env: Vec::new(),
             keep_dir: opts.keep_dir,
             policies: opts.policies,
         },
@@ -704,14 +705,17 @@ async fn crash_at(world: &Shared, book: &Arc<Book>, outcome: &mut Outcome) -> Re
     }
     kill(world).await?;
     if case.delete_while_down {
-        match case.flow {
-            Flow::Delete => {
+        match case.flow.deleted_while_down() {
+            "PV" => {
                 let client = world.lock().await.client.clone();
                 let pvs = kube::Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(client);
                 let pv = format!("pvc-{}", ctx.uid.clone().unwrap_or_default());
-                pvs.delete(&pv, &DeleteParams::default())
-                    .await
-                    .map_err(|e| format!("deleting PV {pv}: {e}"))?;
+                // A PV the step already removed (its last finalizer) cannot be deleted.
+                match pvs.delete(&pv, &DeleteParams::default()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(format!("deleting PV {pv}: {e}")),
+                }
             }
             _ => delete_claim(world, book, CLAIM).await?,
         }
@@ -770,9 +774,12 @@ async fn delete_claim(world: &Shared, book: &Arc<Book>, name: &str) -> Result<()
     if !book.schedule(name) {
         return Ok(());
     }
-    let result = api.delete(name, &DeleteParams::default()).await;
+    let result = match api.delete(name, &DeleteParams::default()).await {
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        r => r.map(drop),
+    };
     book.finish_delete(name, result.is_ok());
-    result.map(drop).map_err(|e| format!("deleting claim {name}: {e}"))
+    result.map_err(|e| format!("deleting claim {name}: {e}"))
 }
 
 async fn bound(world: &Shared, name: &str) -> Result<(), String> {

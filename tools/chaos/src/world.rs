@@ -140,6 +140,9 @@ pub struct StageOptions {
     pub leader_election: bool,
     /// Extra flags for every replica.
     pub extra_args: Vec<String>,
+    /// Extra environment for every replica (say, a client-go feature gate of upstream's:
+    /// `KUBE_FEATURE_WatchListClient=false`).
+    pub sidecar_env: Vec<(String, String)>,
     /// Keep the work directory (logs, ledger) after the run.
     pub keep_dir: bool,
     /// Policy mode: the shipped intent policies installed for the driver (bound to the
@@ -501,7 +504,7 @@ impl World {
         }
         args.extend(opts.extra_args.iter().cloned());
         let log = self.dir.join(format!("sidecar-{index}.log"));
-        let mut env = Vec::new();
+        let mut env = opts.sidecar_env.clone();
         // Neither sidecar may see the runner's kubeconfig through the environment.
         env.push(("KUBECONFIG".to_string(), kubeconfig.display().to_string()));
         if node_deployment {

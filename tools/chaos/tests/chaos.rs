@@ -413,3 +413,30 @@ async fn time_travel_onto_a_lagging_api_server_creates_and_deletes_nothing_with_
     assert_eq!(backend(&report, "volumes deleted"), 1, "{table}");
     assert_eq!(report.violations(), 0, "\n{table}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_travel_catches_a_sidecar_that_lists_from_the_api_servers_cache() {
+    // Upstream v6.3's client-go streams its initial lists (consistent reads) and waits out
+    // the partition like ours; told to list as clients without WatchListClient do
+    // (`resourceVersion=0`, served from the lagging cache), it provisions the deleted claim
+    // again. Shows the scenario's verdict can fail.
+    let report = chaos::scenarios::run_with_env(
+        &testbed(),
+        Scenario::TimeTravel,
+        Sidecar::Upstream,
+        29,
+        false,
+        false,
+        vec![("KUBE_FEATURE_WatchListClient".into(), "false".into())],
+    )
+    .await
+    .expect("scenario");
+    let table = report.render();
+    println!("{table}");
+    let late = report
+        .invariants
+        .iter()
+        .find(|r| r.name == chaos::scenarios::NONE_CREATED_AFTER_GONE)
+        .map(|r| r.violations.len());
+    assert_eq!(late, Some(1), "\n{table}");
+}
