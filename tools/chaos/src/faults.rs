@@ -2,9 +2,11 @@
 //! the proxy, disturbs watch streams, arms a driver fault, crashes the driver, SIGKILLs
 //! a sidecar replica or the csi-snapshotter, fails the driver's snapshot calls, or freezes
 //! the Lease holder (SIGSTOP) until another replica holds the Lease, or (policy mode) removes
-//! the intent policies' bindings for a while; and, when the run owns its control plane, it
-//! restarts kube-apiserver and etcd once or twice. Every action is counted by kind for the
-//! report.
+//! the intent policies' bindings for a while; kills the sidecar at a step (a write or a CSI
+//! call held before it leaves or after the server acted, the caller SIGKILLed meanwhile);
+//! sends the sidecars to a second kube-apiserver cut off from etcd for a while (time
+//! travel); and, when the run owns its control plane, it restarts kube-apiserver and etcd
+//! once or twice. Every action is counted by kind for the report.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -40,6 +42,13 @@ pub struct FaultMix {
     /// Policy mode only: delete the binding of one or both intent policies, create it again
     /// 2–8 s later.
     pub policy: bool,
+    /// Hold one write or CSI call before it leaves or after the server acted, SIGKILL its
+    /// caller meanwhile, then drop it (the crash sweep's fault, at random).
+    pub step: bool,
+    /// Send the sidecars' requests to a second kube-apiserver whose link to etcd is frozen
+    /// (its watch cache stale, its consistent reads and writes waiting) for a few seconds,
+    /// then back; held requests complete late. Needs the test bed's directory.
+    pub travel: bool,
     /// Restart kube-apiserver and etcd (`testbed/cluster.sh restart`) once in the load phase
     /// (twice from 6 minutes on). Only for a control plane the run owns (`make chaos` starts
     /// one): everyone else using it sees the outage too. [`FaultMix::all`] leaves it off;
@@ -61,6 +70,8 @@ impl FaultMix {
             kill: true,
             pause: true,
             policy: true,
+            step: true,
+            travel: true,
             restart_control_plane: false,
             driver_latency_max: DEFAULT_DRIVER_LATENCY_MAX,
         }
@@ -74,12 +85,14 @@ impl FaultMix {
             kill: false,
             pause: false,
             policy: false,
+            step: false,
+            travel: false,
             restart_control_plane: false,
             driver_latency_max: DEFAULT_DRIVER_LATENCY_MAX,
         }
     }
 
-    /// `api,watch,driver,kill,pause,policy` (any subset), `all` or `none`. The control-plane
+    /// `api,watch,driver,kill,pause,policy,step,travel` (any subset), `all` or `none`. The control-plane
     /// restart is not a family here: it is never implied by `all`.
     pub fn parse(s: &str) -> Result<FaultMix, String> {
         let mut mix = FaultMix::none();
@@ -93,6 +106,8 @@ impl FaultMix {
                 "kill" => mix.kill = true,
                 "pause" => mix.pause = true,
                 "policy" => mix.policy = true,
+                "step" => mix.step = true,
+                "travel" => mix.travel = true,
                 other => return Err(format!("unknown fault family {other:?}")),
             }
         }
@@ -125,6 +140,10 @@ enum Action {
     /// Policy mode only: the binding of one or both intent policies deleted, created again
     /// later.
     PolicyRemoved,
+    /// A write or CSI call held, its caller SIGKILLed, the request dropped.
+    CrashAtStep,
+    /// The sidecars sent to the second kube-apiserver while it is cut off from etcd.
+    TimeTravel,
 }
 
 impl Action {
@@ -150,6 +169,9 @@ impl Action {
             Action::LeaderPause => "sidecar: SIGSTOP of the Lease holder",
             // Counted by which bindings went (POLICY_REMOVED_*).
             Action::PolicyRemoved => "policy: bindings removed",
+            // Counted by where it struck (STEP_*), when it did.
+            Action::CrashAtStep => "sidecar: SIGKILL at a held step",
+            Action::TimeTravel => TRAVELLED,
         }
     }
 
@@ -173,6 +195,8 @@ impl Action {
             Action::SnapshotterKill => 1,
             Action::LeaderPause => 2,
             Action::PolicyRemoved => 2,
+            Action::CrashAtStep => 3,
+            Action::TimeTravel => 2,
         }
     }
 
@@ -193,12 +217,14 @@ impl Action {
             Action::SidecarKill | Action::SnapshotterKill => mix.kill,
             Action::LeaderPause => mix.pause,
             Action::PolicyRemoved => mix.policy,
+            Action::CrashAtStep => mix.step,
+            Action::TimeTravel => mix.travel,
         }
     }
 }
 
 // A new action goes last: a run without it draws the same schedule as before.
-const ALL_ACTIONS: [Action; 18] = [
+const ALL_ACTIONS: [Action; 20] = [
     Action::ApiError,
     Action::ApiLostResponse,
     Action::ApiSlow,
@@ -217,6 +243,8 @@ const ALL_ACTIONS: [Action; 18] = [
     Action::LeaderPause,
     Action::DriverNoRoom,
     Action::PolicyRemoved,
+    Action::CrashAtStep,
+    Action::TimeTravel,
 ];
 
 /// Report labels of the leader pause and the control-plane restart (counted when their
@@ -231,6 +259,11 @@ pub const RESTART_FAILED: &str = "control plane: restart FAILED";
 pub const POLICY_REMOVED_BOTH: &str = "policy: both bindings removed for a while";
 pub const POLICY_REMOVED_PROVISIONING: &str = "policy: provisioning binding removed for a while";
 pub const POLICY_REMOVED_RELEASE: &str = "policy: release binding removed for a while";
+/// Report labels of the crash at a step, by where the request was held.
+pub const STEP_BEFORE: &str = "sidecar: SIGKILL with a request held before it left";
+pub const STEP_AFTER: &str = "sidecar: SIGKILL with a request done, its answer held";
+/// Report label of the time travel.
+pub const TRAVELLED: &str = "api: sidecars sent to a server cut off from etcd";
 
 /// How long past the lease duration a frozen leader may wait for another replica to take
 /// the Lease (the others poll every second and must see it unchanged for a whole term).
@@ -300,9 +333,14 @@ pub async fn inject(
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_fa17);
     let latency_max = (mix.driver_latency_max.as_millis() as u64).max(501);
     let counts: Counts = Arc::default();
-    let (replicas, node_deployment, policies) = {
+    let (replicas, node_deployment, policies, second) = {
         let w = world.lock().await;
-        (w.replicas.len(), w.node_key.is_some(), w.policies.clone())
+        (
+            w.replicas.len(),
+            w.node_key.is_some(),
+            w.policies.clone(),
+            w.second.is_some(),
+        )
     };
     let actions: Vec<Action> = ALL_ACTIONS
         .iter()
@@ -313,8 +351,10 @@ pub async fn inject(
         .filter(|a| *a != Action::LeaderPause || (replicas >= 2 && !node_deployment))
         // Without topology a full driver is only a final error, retried in place.
         .filter(|a| *a != Action::DriverNoRoom || node_deployment)
-        // Policies can be removed only where they were installed.
+        // Policies can be removed only where they were installed; a second API server is
+        // there only on a test bed whose directory is known.
         .filter(|a| *a != Action::PolicyRemoved || policies.is_some())
+        .filter(|a| *a != Action::TimeTravel || second)
         // A node deployment makes no restores or clones: no snapshot faults either.
         .filter(|a| {
             !node_deployment || !matches!(a, Action::DriverSnapshotError | Action::SnapshotterKill)
@@ -334,8 +374,9 @@ pub async fn inject(
     }
     let started = Instant::now();
     let restarting = Arc::new(Mutex::new(Duration::ZERO));
-    // One frozen leader at a time.
+    // One frozen leader at a time, one trip to the past at a time.
     let pausing = Arc::new(AtomicBool::new(false));
+    let travelling = Arc::new(AtomicBool::new(false));
     // Windows close by themselves; their tasks are awaited before returning so that no
     // fault outlives the injection phase.
     let mut windows = tokio::task::JoinSet::new();
@@ -386,6 +427,10 @@ pub async fn inject(
             pause_leader(&world, &counts, &pausing, &stop, &mut windows).await
         } else if let (Action::PolicyRemoved, Some(p)) = (action, &policies) {
             remove_policies(&world, p, &counts, &mut rng, &stop, &mut windows).await
+        } else if action == Action::CrashAtStep {
+            crash_at_step(&world, &counts, window, &mut rng, &mut windows).await
+        } else if action == Action::TimeTravel {
+            travel(&world, &counts, &travelling, &mut rng, &mut windows).await
         } else {
             let done = apply(&world, action, window, latency_max, &mut rng, &mut windows).await;
             if done {
@@ -812,6 +857,170 @@ async fn apply(
         }
         _ => false,
     }
+}
+
+/// Holds the next matching write (through the proxy) or CSI call (at the first node's
+/// driver) before it leaves or after the server acted; once held, SIGKILLs its caller (the
+/// Lease holder; in a node deployment the first node's sidecar, CSI calls only) and drops
+/// the request. Not held within the window: the hold is disarmed. Counts where it struck.
+async fn crash_at_step(
+    world: &Arc<tokio::sync::Mutex<World>>,
+    counts: &Counts,
+    window: Duration,
+    rng: &mut StdRng,
+    windows: &mut tokio::task::JoinSet<()>,
+) -> bool {
+    const STEPS: [(&str, &str); 6] = [
+        ("create", "persistentvolumes"),
+        ("delete", "persistentvolumes"),
+        ("patch", "persistentvolumes"),
+        ("patch", "persistentvolumeclaims"),
+        ("csi", "CreateVolume"),
+        ("csi", "DeleteVolume"),
+    ];
+    let node_deployment = world.lock().await.node_key.is_some();
+    let (verb, what) = if node_deployment {
+        STEPS[rng.random_range(4..6)]
+    } else {
+        STEPS[rng.random_range(0..6)]
+    };
+    let after = rng.random_bool(0.5);
+    let restart_after = Duration::from_millis(rng.random_range(200..3000));
+    let rule = if verb == "csi" {
+        if !driver_fault(world, 0, what, DriverFault::Hold { nth: 1, after }).await {
+            return false;
+        }
+        None
+    } else {
+        let rule = Rule::new(Fault::Hold { after })
+            .verbs(&[verb])
+            .resources(&[what])
+            .count(1);
+        Some(world.lock().await.proxy.add_rule(rule))
+    };
+    let (w, counts) = (world.clone(), counts.clone());
+    windows.spawn(async move {
+        let until = Instant::now() + window;
+        let control = w.lock().await.driver_at(0).control().await.ok();
+        let held = loop {
+            let held = match (&rule, &control) {
+                (Some(_), _) => !w.lock().await.proxy.held().is_empty(),
+                (None, Some(c)) => c
+                    .stats()
+                    .await
+                    .is_ok_and(|s| s.held.get(what).copied().unwrap_or(0) > 0),
+                (None, None) => false,
+            };
+            if held || Instant::now() >= until {
+                break held;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        if held {
+            let killed = kill_caller(&w, node_deployment, restart_after).await;
+            // The process is gone before its request is: it never learns either way.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            if killed {
+                count(&counts, if after { STEP_AFTER } else { STEP_BEFORE });
+            }
+            log_line(
+                &w,
+                &format!("sidecar: SIGKILL at {verb} {what} held {} (killed: {killed})", if after { "after" } else { "before" }),
+            )
+            .await;
+        }
+        match (rule, &control) {
+            (Some(id), _) => {
+                let w = w.lock().await;
+                w.proxy.remove_rule(id);
+                w.proxy.drop_held();
+            }
+            (None, Some(c)) => {
+                if !held {
+                    // Disarmed: an unspent hold would catch a call nobody releases.
+                    let _ = c.set_fault(what, DriverFault::Hold { nth: 0, after }).await;
+                }
+                let _ = c.drop_held(Some(what)).await;
+            }
+            (None, None) => {}
+        }
+    });
+    true
+}
+
+/// SIGKILLs (then restarts) the replica that holds the Lease, or in a node deployment the
+/// first node's; false when there is none to kill.
+async fn kill_caller(
+    world: &Arc<tokio::sync::Mutex<World>>,
+    node_deployment: bool,
+    restart_after: Duration,
+) -> bool {
+    let holder = if node_deployment {
+        None
+    } else {
+        let (leases, name) = world.lock().await.lease();
+        lease_holder(&leases, &name).await
+    };
+    let w = world.lock().await;
+    let index = match holder {
+        None if node_deployment => Some(0),
+        None => None,
+        Some(h) => (0..w.replicas.len()).find(|&i| w.replicas[i].is_holder(&h)),
+    };
+    match index {
+        Some(i) if i < w.replicas.len() => {
+            w.replicas[i].kill(restart_after);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Freezes the second API server's link to etcd and sends every request there (open
+/// watches cut: they resume there) for 2–6 s, then sends them back to the first server and
+/// thaws the link: requests still waiting there then complete, late. Well under the ~40 s
+/// after which etcd's client would give up on a frozen link.
+async fn travel(
+    world: &Arc<tokio::sync::Mutex<World>>,
+    counts: &Counts,
+    travelling: &Arc<AtomicBool>,
+    rng: &mut StdRng,
+    windows: &mut tokio::task::JoinSet<()>,
+) -> bool {
+    if travelling.swap(true, Ordering::SeqCst) {
+        return false;
+    }
+    let stay = Duration::from_millis(rng.random_range(2000..6000));
+    {
+        let w = world.lock().await;
+        let Some(second) = &w.second else {
+            travelling.store(false, Ordering::SeqCst);
+            return false;
+        };
+        second.link.freeze(true);
+        if w.proxy.set_upstream(second.config.clone()).is_err() {
+            second.link.freeze(false);
+            travelling.store(false, Ordering::SeqCst);
+            return false;
+        }
+    }
+    count(counts, TRAVELLED);
+    let (w, travelling) = (world.clone(), travelling.clone());
+    windows.spawn(async move {
+        tokio::time::sleep(stay).await;
+        {
+            let w = w.lock().await;
+            if let Err(e) = w.proxy.set_upstream(w.upstream.clone()) {
+                eprintln!("chaos: back to the first API server: {e}");
+            }
+            if let Some(second) = &w.second {
+                second.link.freeze(false);
+            }
+        }
+        log_line(&w, &format!("api: back from the cut-off server after {} ms", stay.as_millis())).await;
+        travelling.store(false, Ordering::SeqCst);
+    });
+    true
 }
 
 /// Appends the action to `<work dir>/faults.log`, to line up with the sidecars' logs.

@@ -873,6 +873,7 @@ pub async fn run(testbed: &Testbed, cfg: &ChaosConfig) -> Result<Report, String>
             leader_election: true,
             csi_timeout: "10s".into(),
             extra_args: Vec::new(),
+            time_travel: cfg.faults.travel,
             sidecar_env: Vec::new(),
             keep_dir: cfg.keep_dir,
             policies: mode == Mode::Policies,

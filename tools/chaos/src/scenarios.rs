@@ -121,6 +121,7 @@ pub async fn run_with_env(
             leader_election: scenario != Scenario::TimeTravel,
             csi_timeout: "30s".into(),
             extra_args: Vec::new(),
+            time_travel: false,
             sidecar_env,
             keep_dir,
             policies: mode == Mode::Policies,

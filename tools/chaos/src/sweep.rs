@@ -415,6 +415,7 @@ async fn stage(testbed: &Testbed, opts: &SweepOptions) -> Result<(Shared, Arc<Bo
             leader_election: true,
             csi_timeout: "30s".into(),
             extra_args: Vec::new(),
+            time_travel: false,
             sidecar_env: Vec::new(),
             keep_dir: opts.keep_dir,
             policies: opts.policies,

@@ -140,6 +140,9 @@ pub struct StageOptions {
     pub leader_election: bool,
     /// Extra flags for every replica.
     pub extra_args: Vec<String>,
+    /// Start a second kube-apiserver on the same etcd, its link to etcd freezable (the
+    /// `travel` fault). Only where the test bed's directory is known (else none).
+    pub time_travel: bool,
     /// Extra environment for every replica (say, a client-go feature gate of upstream's:
     /// `KUBE_FEATURE_WatchListClient=false`).
     pub sidecar_env: Vec<(String, String)>,
@@ -180,6 +183,10 @@ pub struct World {
     pub sidecar: Sidecar,
     /// Policy mode: the installed policies (removed at teardown).
     pub policies: Option<Arc<Policies>>,
+    /// The kube config the proxy forwards with (to the test bed's API server).
+    pub upstream: kube::Config,
+    /// A second kube-apiserver for the `travel` fault (see [`StageOptions::time_travel`]).
+    pub second: Option<crate::timetravel::SecondApiserver>,
     pub testbed: Testbed,
     tmp: Option<tempfile::TempDir>,
 }
@@ -352,6 +359,7 @@ impl World {
         let other_drivers: Vec<Driver> = drivers.collect();
 
         let listen: SocketAddr = "127.0.0.1:0".parse().expect("loopback");
+        let upstream = config.clone();
         let proxy = Proxy::start(listen, config, opts.seed)
             .await
             .map_err(|e| format!("starting the API proxy: {e}"))?;
@@ -410,6 +418,8 @@ impl World {
             dir,
             sidecar: opts.sidecar,
             policies: None,
+            upstream,
+            second: None,
             testbed: testbed.clone(),
             tmp: Some(tmp),
         };
@@ -418,6 +428,19 @@ impl World {
             let installed = Policies::install(&world.client, &world.driver_name, &world.ns).await;
             match installed {
                 Ok(p) => world.policies = Some(Arc::new(p)),
+                Err(e) => {
+                    world.teardown().await;
+                    return Err(e);
+                }
+            }
+        }
+        if opts.time_travel
+            && let Some(tb_dir) = &testbed.dir
+        {
+            let log = world.dir.join("apiserver-2.log");
+            match crate::timetravel::SecondApiserver::start(tb_dir, &testbed.kubeconfig, log).await
+            {
+                Ok(second) => world.second = Some(second),
                 Err(e) => {
                     world.teardown().await;
                     return Err(e);
@@ -651,6 +674,10 @@ impl World {
     pub async fn teardown(mut self) {
         if let Some(p) = self.policies.take() {
             p.uninstall().await;
+        }
+        if let Some(second) = self.second.take() {
+            let _ = self.proxy.set_upstream(self.upstream.clone());
+            second.stop().await;
         }
         self.stop.cancel();
         for r in self.replicas.drain(..) {

@@ -84,6 +84,7 @@ pub enum Fault {
     /// The `nth` call of this method from now on (1: the next one) is held until `release`
     /// or `drop`: before it does anything (`after: false`), or after it ran — its outcome
     /// in the ledger — with its answer held (`after: true`). The calls before it pass.
+    /// `nth: 0` disarms a hold that has not fired.
     Hold {
         nth: u32,
         #[serde(default)]

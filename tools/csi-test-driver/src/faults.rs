@@ -187,12 +187,8 @@ impl FaultTable {
                 faults.reported_capacity = (count > 0).then_some((bytes, count));
             }
             Fault::Hang => faults.hang = true,
-            Fault::Hold { nth, after } => {
-                if nth == 0 {
-                    return Err("hold needs nth of 1 or more (1: the next call)".into());
-                }
-                faults.hold = Some((nth, after));
-            }
+            // nth 0 disarms a hold that has not fired.
+            Fault::Hold { nth, after } => faults.hold = (nth > 0).then_some((nth, after)),
             Fault::CreateIgnoresParameters | Fault::CreateNotIdempotent
                 if method != "CreateVolume" =>
             {
@@ -535,11 +531,17 @@ mod tests {
         use std::sync::Arc;
 
         let table = Arc::new(FaultTable::new(1));
-        assert!(
-            table
-                .set("DeleteVolume", Fault::Hold { nth: 0, after: false })
-                .is_err()
-        );
+        // nth 0 disarms.
+        table
+            .set("DeleteVolume", Fault::Hold { nth: 1, after: false })
+            .unwrap();
+        table
+            .set("DeleteVolume", Fault::Hold { nth: 0, after: false })
+            .unwrap();
+        assert!(matches!(
+            table.before_call("DeleteVolume").await,
+            Verdict::Proceed
+        ));
         table
             .set("DeleteVolume", Fault::Hold { nth: 2, after: false })
             .unwrap();
