@@ -357,7 +357,11 @@ pub async fn sweep(testbed: &Testbed, opts: &SweepOptions) -> Result<SweepReport
             opts.sidecar.label(),
             flow.name(),
             steps.len(),
-            steps.iter().map(Step::label).collect::<Vec<_>>().join(", ")
+            steps
+                .iter()
+                .map(|s| format!("{} ({})", s.label(), s.object))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
         let cases: Vec<Case> = steps
             .iter()
@@ -634,7 +638,30 @@ async fn trigger(world: &Shared, book: &Arc<Book>, flow: Flow, ctx: &Context) ->
 /// Waits until the trace's flow is over.
 async fn finished(world: &Shared, flow: Flow, ctx: &Context) -> Result<(), String> {
     match flow {
-        Flow::Provision | Flow::Restore | Flow::Clone => bound(world, CLAIM).await,
+        Flow::Provision => bound(world, CLAIM).await,
+        // The source's protection goes after the claim is Bound: a step of the flow too.
+        Flow::Restore | Flow::Clone => {
+            bound(world, CLAIM).await?;
+            let (snapshots, claims) = {
+                let w = world.lock().await;
+                (w.snapshots(), w.claims())
+            };
+            poll("the source's protection to go", || {
+                let (snapshots, claims) = (snapshots.clone(), claims.clone());
+                async move {
+                    let finalizers = if flow == Flow::Restore {
+                        snapshots.get(VOLUME_SNAPSHOT).await.ok()?.metadata.finalizers
+                    } else {
+                        claims.get(SOURCE).await.ok()?.metadata.finalizers
+                    };
+                    let protected = finalizers.unwrap_or_default().iter().any(|f| {
+                        f == check::SNAPSHOT_SOURCE_FINALIZER || f == check::CLONE_SOURCE_FINALIZER
+                    });
+                    (!protected).then_some(())
+                }
+            })
+            .await
+        }
         Flow::Delete | Flow::Cleanup => {
             let (claims, client) = {
                 let w = world.lock().await;
