@@ -925,7 +925,10 @@ async fn crash_at_step(
             }
             log_line(
                 &w,
-                &format!("sidecar: SIGKILL at {verb} {what} held {} (killed: {killed})", if after { "after" } else { "before" }),
+                &format!(
+                    "sidecar: SIGKILL at {verb} {what} held {} (killed: {killed})",
+                    if after { "after" } else { "before" }
+                ),
             )
             .await;
         }
@@ -1017,7 +1020,14 @@ async fn travel(
                 second.link.freeze(false);
             }
         }
-        log_line(&w, &format!("api: back from the cut-off server after {} ms", stay.as_millis())).await;
+        log_line(
+            &w,
+            &format!(
+                "api: back from the cut-off server after {} ms",
+                stay.as_millis()
+            ),
+        )
+        .await;
         travelling.store(false, Ordering::SeqCst);
     });
     true

@@ -355,14 +355,6 @@ fn delete_snapshot_later(api: Api<DynamicObject>, book: Arc<Book>, name: String,
     });
 }
 
-pub(crate) fn claim_body(
-    name: &str,
-    class: &str,
-    selected_node: Option<&str>,
-) -> PersistentVolumeClaim {
-    claim_body_from(name, class, selected_node, None)
-}
-
 /// A 1Gi claim, restored or cloned from `source` (kind, name) if given.
 pub(crate) fn claim_body_from(
     name: &str,

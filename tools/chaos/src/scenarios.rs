@@ -38,9 +38,12 @@ use kube::Api;
 use kube_fault_proxy::{Fault, Rule};
 use tokio_util::sync::CancellationToken;
 
+use crate::check::{CLAIM_KIND, DataSource, SNAPSHOT_KIND, SourceKind};
 use crate::intent::IntentTally;
 use crate::report::{Mode, Report};
-use crate::run::{Book, Fate, Record, claim_body, create_claim, delete_later, faults_off, settle};
+use crate::run::{
+    Book, Fate, Record, claim_body_from, create_claim, delete_later, faults_off, settle,
+};
 use crate::world::{Sidecar, StageOptions, Testbed, World};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,7 +98,16 @@ pub async fn run(
     keep_dir: bool,
     policies: bool,
 ) -> Result<Report, String> {
-    run_with_env(testbed, scenario, sidecar, seed, keep_dir, policies, Vec::new()).await
+    run_with_env(
+        testbed,
+        scenario,
+        sidecar,
+        seed,
+        keep_dir,
+        policies,
+        Vec::new(),
+    )
+    .await
 }
 
 /// [`run`], the sidecar started with this extra environment.
@@ -165,7 +177,9 @@ pub async fn run_with_env(
     report.timing = vec![("total", started.elapsed())];
     report.invariants = invariants;
     if let Some((volume, gone_at)) = &late {
-        report.invariants.push(created_after_gone(&snap.ledger, volume, *gone_at));
+        report
+            .invariants
+            .push(created_after_gone(&snap.ledger, volume, *gone_at));
     }
     report.dir = keep_dir.then(|| w.dir.clone());
     w.teardown().await;
@@ -202,18 +216,36 @@ async fn create(
     book: &Arc<Book>,
     name: &str,
 ) -> Result<String, String> {
+    create_from(world, book, name, None).await
+}
+
+/// Creates a claim of the Immediate class, restored or cloned from `source` if given, and
+/// enters it in the book; returns its UID.
+pub(crate) async fn create_from(
+    world: &Arc<tokio::sync::Mutex<World>>,
+    book: &Arc<Book>,
+    name: &str,
+    source: Option<DataSource>,
+) -> Result<String, String> {
     let (api, class) = {
         let w = world.lock().await;
         (w.claims(), w.class_immediate.clone())
     };
-    let uid = create_claim(&api, &claim_body(name, &class, None)).await?;
+    let from = source.as_ref().map(|s| {
+        let kind = match s.kind {
+            SourceKind::Snapshot => SNAPSHOT_KIND,
+            SourceKind::Claim => CLAIM_KIND,
+        };
+        (kind, s.name.as_str())
+    });
+    let uid = create_claim(&api, &claim_body_from(name, &class, None, from)).await?;
     book.add(Record {
         name: name.into(),
         uid: uid.clone(),
         fate: Fate::Keep,
         delete_scheduled: false,
         deleted: false,
-        source: None,
+        source,
     });
     Ok(uid)
 }
@@ -229,7 +261,7 @@ async fn delete_now(world: &Arc<tokio::sync::Mutex<World>>, book: &Arc<Book>, na
 }
 
 /// Waits until a replica holds the Lease and has had time to fill its caches.
-async fn wait_for_leader(world: &Arc<tokio::sync::Mutex<World>>) -> Result<(), String> {
+pub(crate) async fn wait_for_leader(world: &Arc<tokio::sync::Mutex<World>>) -> Result<(), String> {
     let (leases, name) = {
         let w = world.lock().await;
         (w.leases(), crate::world::lease_name(&w.driver_name))
@@ -247,7 +279,7 @@ async fn wait_for_leader(world: &Arc<tokio::sync::Mutex<World>>) -> Result<(), S
     Ok(())
 }
 
-async fn poll<T, F, Fut>(what: &str, within: Duration, mut f: F) -> Result<T, String>
+pub(crate) async fn poll<T, F, Fut>(what: &str, within: Duration, mut f: F) -> Result<T, String>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -519,8 +551,7 @@ async fn time_travel(
         let control = w.driver.control().await.map_err(|e| e.to_string())?;
         (control, w.ns.clone(), w.dir.join("apiserver-2.log"))
     };
-    let second =
-        crate::timetravel::SecondApiserver::start(dir, &testbed.kubeconfig, log).await?;
+    let second = crate::timetravel::SecondApiserver::start(dir, &testbed.kubeconfig, log).await?;
     let result = async {
         // A claim that stays Bound throughout: nothing may take its volume.
         create(world, book, "kept").await?;
@@ -544,35 +575,46 @@ async fn time_travel(
             .map_err(err("waiting for CreateVolume"))?;
         let api = world.lock().await.claims();
         let now = api.get("c-travel").await.map_err(|e| e.to_string())?;
-        poll("the second server's cache to catch up", Duration::from_secs(30), || {
-            let (second, ns, now) = (&second, &ns, &now);
-            async move {
-                let cached = second.cached_claims(ns).await.ok()?;
-                cached
-                    .iter()
-                    .any(|c| c.metadata.resource_version == now.metadata.resource_version)
-                    .then_some(())
-            }
-        })
+        poll(
+            "the second server's cache to catch up",
+            Duration::from_secs(30),
+            || {
+                let (second, ns, now) = (&second, &ns, &now);
+                async move {
+                    let cached = second.cached_claims(ns).await.ok()?;
+                    cached
+                        .iter()
+                        .any(|c| c.metadata.resource_version == now.metadata.resource_version)
+                        .then_some(())
+                }
+            },
+        )
         .await?;
         second.link.freeze(true);
-        control.release("CreateVolume").await.map_err(err("releasing"))?;
+        control
+            .release("CreateVolume")
+            .await
+            .map_err(err("releasing"))?;
         bound(world, "c-travel").await?;
         delete_now(world, book, "c-travel").await;
         let volume = format!("pvc-{uid}");
         let pvs = Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(
             world.lock().await.client.clone(),
         );
-        poll("the claim, its PV and its volume to be gone", Duration::from_secs(60), || {
-            let (api, pvs, control, volume) = (&api, &pvs, &control, &volume);
-            async move {
-                let claim = api.get_opt("c-travel").await.ok()?;
-                let pv = pvs.get_opt(volume).await.ok()?;
-                let ledger = control.ledger().await.ok()?;
-                let held = ledger.volumes.values().any(|v| &v.name == volume);
-                (claim.is_none() && pv.is_none() && !held).then_some(())
-            }
-        })
+        poll(
+            "the claim, its PV and its volume to be gone",
+            Duration::from_secs(60),
+            || {
+                let (api, pvs, control, volume) = (&api, &pvs, &control, &volume);
+                async move {
+                    let claim = api.get_opt("c-travel").await.ok()?;
+                    let pv = pvs.get_opt(volume).await.ok()?;
+                    let ledger = control.ledger().await.ok()?;
+                    let held = ledger.volumes.values().any(|v| &v.name == volume);
+                    (claim.is_none() && pv.is_none() && !held).then_some(())
+                }
+            },
+        )
         .await?;
         *late = Some((volume, now_ms()));
         // The past, as the second server shows it: the claim alive, not bound.
@@ -595,8 +637,14 @@ async fn time_travel(
         second.link.freeze(false);
         tokio::time::sleep(Duration::from_secs(8)).await;
         Ok::<_, String>(BTreeMap::from([
-            ("claim provisioned, bound, deleted while the second server was cut off", 1),
-            ("second server's cache showed the deleted claim alive at the restart", u64::from(stale)),
+            (
+                "claim provisioned, bound, deleted while the second server was cut off",
+                1,
+            ),
+            (
+                "second server's cache showed the deleted claim alive at the restart",
+                u64::from(stale),
+            ),
             ("sidecar restarted onto the stale server", 1),
             ("partition healed", 1),
         ]))
@@ -612,20 +660,27 @@ async fn time_travel(
     result
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-async fn bound(world: &Arc<tokio::sync::Mutex<World>>, name: &str) -> Result<(), String> {
+pub(crate) async fn bound(
+    world: &Arc<tokio::sync::Mutex<World>>,
+    name: &str,
+) -> Result<(), String> {
     let api = world.lock().await.claims();
-    poll(&format!("claim {name} to be Bound"), Duration::from_secs(90), || {
-        let api = api.clone();
-        async move {
-            let c = api.get(name).await.ok()?;
-            (c.status.and_then(|s| s.phase).as_deref() == Some("Bound")).then_some(())
-        }
-    })
+    poll(
+        &format!("claim {name} to be Bound"),
+        Duration::from_secs(90),
+        || {
+            let api = api.clone();
+            async move {
+                let c = api.get(name).await.ok()?;
+                (c.status.and_then(|s| s.phase).as_deref() == Some("Bound")).then_some(())
+            }
+        },
+    )
     .await
 }

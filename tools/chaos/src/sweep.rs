@@ -19,14 +19,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use csi_test_driver::control::Fault as DriverFault;
-use futures::StreamExt;
 use csi_test_driver::ledger::OperationRecord;
+use futures::StreamExt;
 use kube::api::DeleteParams;
 use kube_fault_proxy::{Fault, Rule, WriteRecord};
 use tokio::sync::Mutex;
 
-use crate::check::{self, DataSource, InvariantResult, SNAPSHOT_KIND, SourceKind};
-use crate::run::{self, Book, Record, claim_body_from, create_claim, faults_off, settle};
+use crate::check::{self, DataSource, InvariantResult, SourceKind};
+use crate::run::{self, Book, faults_off, settle};
+use crate::scenarios::{bound, create_from, now_ms, poll, wait_for_leader};
 use crate::world::{Sidecar, StageOptions, Testbed, World};
 
 /// The CSI calls the sweep crashes at: the provisioner's own.
@@ -167,9 +168,16 @@ pub fn steps(writes: &[WriteRecord], ops: &[OperationRecord], since_ms: u64) -> 
         let nth = 1 + out
             .iter()
             .filter(|s| match (&s.call, &call) {
-                (Call::Api { verb: v1, resource: r1 }, Call::Api { verb: v2, resource: r2 }) => {
-                    v1 == v2 && counted_by(r2, r1)
-                }
+                (
+                    Call::Api {
+                        verb: v1,
+                        resource: r1,
+                    },
+                    Call::Api {
+                        verb: v2,
+                        resource: r2,
+                    },
+                ) => v1 == v2 && counted_by(r2, r1),
                 (a, b) => a == b,
             })
             .count() as u32;
@@ -267,14 +275,21 @@ impl SweepReport {
             self.sidecar.label(),
             if self.policies { " (policy mode)" } else { "" },
             self.outcomes.len(),
-            self.outcomes.iter().filter(|o| !o.reached && o.error.is_none()).count(),
+            self.outcomes
+                .iter()
+                .filter(|o| !o.reached && o.error.is_none())
+                .count(),
             self.outcomes.iter().filter(|o| o.error.is_some()).count(),
             self.violations(),
             self.elapsed.as_secs_f64(),
         );
         for (flow, steps) in &self.traces {
             let list: Vec<String> = steps.iter().map(|s| format!("`{}`", s.label())).collect();
-            out.push_str(&format!("- trace of `{}`: {}\n", flow.name(), list.join(", ")));
+            out.push_str(&format!(
+                "- trace of `{}`: {}\n",
+                flow.name(),
+                list.join(", ")
+            ));
         }
         out.push_str(
             "\n| flow | step | crash | deleted while down | end state | outcome |\n|---|---|---|---|---|---|\n",
@@ -366,14 +381,16 @@ pub async fn sweep(testbed: &Testbed, opts: &SweepOptions) -> Result<SweepReport
         let cases: Vec<Case> = steps
             .iter()
             .flat_map(|step| {
-                [Point::Before, Point::After].into_iter().flat_map(move |point| {
-                    [false, true].map(|delete_while_down| Case {
-                        flow,
-                        step: step.clone(),
-                        point,
-                        delete_while_down,
+                [Point::Before, Point::After]
+                    .into_iter()
+                    .flat_map(move |point| {
+                        [false, true].map(|delete_while_down| Case {
+                            flow,
+                            step: step.clone(),
+                            point,
+                            delete_while_down,
+                        })
                     })
-                })
             })
             .filter(|c| {
                 opts.only.as_ref().is_none_or(|(label, point, deleted)| {
@@ -451,7 +468,13 @@ async fn trace(testbed: &Testbed, opts: &SweepOptions, flow: Flow) -> Result<Vec
         // Late writes of the flow (an event after the last step) are steps too.
         tokio::time::sleep(Duration::from_secs(2)).await;
         let w = world.lock().await;
-        let ledger = w.driver.control().await.map_err(|e| e.to_string())?.ledger().await;
+        let ledger = w
+            .driver
+            .control()
+            .await
+            .map_err(|e| e.to_string())?
+            .ledger()
+            .await;
         let ledger = ledger.map_err(|e| format!("reading the ledger: {e}"))?;
         Ok::<_, String>(steps(&w.proxy.journal(), &ledger.operations, since))
     }
@@ -467,12 +490,6 @@ async fn trace(testbed: &Testbed, opts: &SweepOptions, flow: Flow) -> Result<Vec
 /// Lets the setup's last writes (events) go out before a journal or a count starts.
 async fn quiet() {
     tokio::time::sleep(Duration::from_secs(1)).await;
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 async fn run_case(testbed: &Testbed, opts: &SweepOptions, case: Case) -> Outcome {
@@ -554,16 +571,16 @@ async fn setup(world: &Shared, book: &Arc<Book>, flow: Flow) -> Result<Context, 
     match flow {
         Flow::Provision => {}
         Flow::Restore | Flow::Clone => {
-            let uid = create(world, book, SOURCE, None).await?;
+            let uid = create_from(world, book, SOURCE, None).await?;
             bound(world, SOURCE).await?;
             ctx.source = Some(if flow == Flow::Restore {
                 let (snapshots, class) = {
                     let w = world.lock().await;
                     (w.snapshots(), w.snapshot_class.clone())
                 };
-                let uid = run::make_snapshot(book, &snapshots, VOLUME_SNAPSHOT, &class, SOURCE)
-                    .await?;
-                poll("the VolumeSnapshot to be ready", || {
+                let uid =
+                    run::make_snapshot(book, &snapshots, VOLUME_SNAPSHOT, &class, SOURCE).await?;
+                poll("the VolumeSnapshot to be ready", REACH, || {
                     let snapshots = snapshots.clone();
                     async move {
                         let s = snapshots.get(VOLUME_SNAPSHOT).await.ok()?;
@@ -591,7 +608,7 @@ async fn setup(world: &Shared, book: &Arc<Book>, flow: Flow) -> Result<Context, 
             });
         }
         Flow::Delete => {
-            ctx.uid = Some(create(world, book, CLAIM, None).await?);
+            ctx.uid = Some(create_from(world, book, CLAIM, None).await?);
             bound(world, CLAIM).await?;
         }
         Flow::Cleanup => {
@@ -607,7 +624,7 @@ async fn setup(world: &Shared, book: &Arc<Book>, flow: Flow) -> Result<Context, 
                 )
                 .await
                 .map_err(|e| format!("arming the setup's hold: {e}"))?;
-            ctx.uid = Some(create(world, book, CLAIM, None).await?);
+            ctx.uid = Some(create_from(world, book, CLAIM, None).await?);
             control
                 .wait_for_held("CreateVolume", 1, REACH)
                 .await
@@ -618,10 +635,15 @@ async fn setup(world: &Shared, book: &Arc<Book>, flow: Flow) -> Result<Context, 
     Ok(ctx)
 }
 
-async fn trigger(world: &Shared, book: &Arc<Book>, flow: Flow, ctx: &Context) -> Result<(), String> {
+async fn trigger(
+    world: &Shared,
+    book: &Arc<Book>,
+    flow: Flow,
+    ctx: &Context,
+) -> Result<(), String> {
     match flow {
         Flow::Provision | Flow::Restore | Flow::Clone => {
-            create(world, book, CLAIM, ctx.source.clone()).await?;
+            create_from(world, book, CLAIM, ctx.source.clone()).await?;
         }
         Flow::Delete => delete_claim(world, book, CLAIM).await?,
         Flow::Cleanup => {
@@ -646,11 +668,16 @@ async fn finished(world: &Shared, flow: Flow, ctx: &Context) -> Result<(), Strin
                 let w = world.lock().await;
                 (w.snapshots(), w.claims())
             };
-            poll("the source's protection to go", || {
+            poll("the source's protection to go", REACH, || {
                 let (snapshots, claims) = (snapshots.clone(), claims.clone());
                 async move {
                     let finalizers = if flow == Flow::Restore {
-                        snapshots.get(VOLUME_SNAPSHOT).await.ok()?.metadata.finalizers
+                        snapshots
+                            .get(VOLUME_SNAPSHOT)
+                            .await
+                            .ok()?
+                            .metadata
+                            .finalizers
                     } else {
                         claims.get(SOURCE).await.ok()?.metadata.finalizers
                     };
@@ -669,11 +696,10 @@ async fn finished(world: &Shared, flow: Flow, ctx: &Context) -> Result<(), Strin
             };
             let control = driver_control(world).await?;
             let pv = format!("pvc-{}", ctx.uid.clone().unwrap_or_default());
-            poll("the claim, its PV and its volume to be gone", || {
+            poll("the claim, its PV and its volume to be gone", REACH, || {
                 let (claims, control) = (claims.clone(), &control);
-                let pvs = kube::Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(
-                    client.clone(),
-                );
+                let pvs =
+                    kube::Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(client.clone());
                 let pv = pv.clone();
                 async move {
                     let claim = claims.get_opt(CLAIM).await.ok()?;
@@ -720,7 +746,7 @@ async fn crash_at(world: &Shared, book: &Arc<Book>, outcome: &mut Outcome) -> Re
     trigger(world, book, case.flow, &ctx).await?;
     let reached = match &case.step.call {
         Call::Api { .. } => {
-            let proxy_held = poll("the step", || async {
+            let proxy_held = poll("the step", REACH, || async {
                 (!world.lock().await.proxy.held().is_empty()).then_some(())
             });
             proxy_held.await.is_ok()
@@ -762,39 +788,10 @@ async fn crash_at(world: &Shared, book: &Arc<Book>, outcome: &mut Outcome) -> Re
 /// SIGKILLs the sidecar and waits until it is gone (it stays down until `faults_off`).
 async fn kill(world: &Shared) -> Result<(), String> {
     world.lock().await.replicas[0].kill_and_hold();
-    poll("the sidecar to die", || async {
+    poll("the sidecar to die", REACH, || async {
         world.lock().await.replicas[0].pid().is_none().then_some(())
     })
     .await
-}
-
-async fn create(
-    world: &Shared,
-    book: &Arc<Book>,
-    name: &str,
-    source: Option<DataSource>,
-) -> Result<String, String> {
-    let (api, class) = {
-        let w = world.lock().await;
-        (w.claims(), w.class_immediate.clone())
-    };
-    let from = source.as_ref().map(|s| {
-        let kind = match s.kind {
-            SourceKind::Snapshot => SNAPSHOT_KIND,
-            SourceKind::Claim => check::CLAIM_KIND,
-        };
-        (kind, s.name.as_str())
-    });
-    let uid = create_claim(&api, &claim_body_from(name, &class, None, from)).await?;
-    book.add(Record {
-        name: name.into(),
-        uid: uid.clone(),
-        fate: run::Fate::Keep,
-        delete_scheduled: false,
-        deleted: false,
-        source,
-    });
-    Ok(uid)
 }
 
 async fn delete_claim(world: &Shared, book: &Arc<Book>, name: &str) -> Result<(), String> {
@@ -808,51 +805,6 @@ async fn delete_claim(world: &Shared, book: &Arc<Book>, name: &str) -> Result<()
     };
     book.finish_delete(name, result.is_ok());
     result.map_err(|e| format!("deleting claim {name}: {e}"))
-}
-
-async fn bound(world: &Shared, name: &str) -> Result<(), String> {
-    let api = world.lock().await.claims();
-    poll(&format!("claim {name} to be Bound"), || {
-        let api = api.clone();
-        async move {
-            let c = api.get(name).await.ok()?;
-            (c.status.and_then(|s| s.phase).as_deref() == Some("Bound")).then_some(())
-        }
-    })
-    .await
-}
-
-/// Waits until the sidecar holds the Lease, and a little more for its caches.
-async fn wait_for_leader(world: &Shared) -> Result<(), String> {
-    let (leases, name) = world.lock().await.lease();
-    poll("a leader", || {
-        let (leases, name) = (leases.clone(), name.clone());
-        async move {
-            crate::world::lease_holder(&leases, &name)
-                .await
-                .filter(|h| !h.is_empty())
-        }
-    })
-    .await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    Ok(())
-}
-
-async fn poll<T, F, Fut>(what: &str, mut f: F) -> Result<T, String>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let until = Instant::now() + REACH;
-    loop {
-        if let Some(v) = f().await {
-            return Ok(v);
-        }
-        if Instant::now() >= until {
-            return Err(format!("timed out waiting for {what}"));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 #[cfg(test)]
@@ -889,7 +841,11 @@ mod tests {
             write(40, "patch", "persistentvolumeclaims/status", "c"),
             write(41, "patch", "persistentvolumeclaims", "c"),
         ];
-        let ops = [op(20, "CreateVolume"), op(21, "CreateSnapshot"), op(35, "CreateVolume")];
+        let ops = [
+            op(20, "CreateVolume"),
+            op(21, "CreateSnapshot"),
+            op(35, "CreateVolume"),
+        ];
         let labels: Vec<String> = steps(&writes, &ops, 10).iter().map(Step::label).collect();
         assert_eq!(
             labels,
@@ -914,6 +870,10 @@ mod tests {
             Flow::parse_list("delete,provision").unwrap(),
             vec![Flow::Delete, Flow::Provision]
         );
-        assert!(Flow::parse_list("bogus").unwrap_err().contains("unknown flow"));
+        assert!(
+            Flow::parse_list("bogus")
+                .unwrap_err()
+                .contains("unknown flow")
+        );
     }
 }

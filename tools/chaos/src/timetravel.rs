@@ -223,7 +223,10 @@ mod tests {
         ]
         .map(String::from)
         .to_vec();
-        assert_eq!(arg_of(&first, "etcd-servers"), Some("http://127.0.0.1:2379"));
+        assert_eq!(
+            arg_of(&first, "etcd-servers"),
+            Some("http://127.0.0.1:2379")
+        );
         assert_eq!(
             second_command_line(&first, 7443, "http://127.0.0.1:9999"),
             [

@@ -45,6 +45,29 @@ fn backend(report: &Report, what: &str) -> u64 {
         .unwrap_or_else(|| panic!("no backend counter {what:?}"))
 }
 
+/// Runs a named scenario (one replica, default mode) and prints its table; returns both.
+async fn scenario_and_print(
+    scenario: Scenario,
+    sidecar: Sidecar,
+    seed: u64,
+    sidecar_env: Vec<(String, String)>,
+) -> (Report, String) {
+    let report = chaos::scenarios::run_with_env(
+        &testbed(),
+        scenario,
+        sidecar,
+        seed,
+        false,
+        false,
+        sidecar_env,
+    )
+    .await
+    .expect("scenario");
+    let table = report.render();
+    println!("{table}");
+    (report, table)
+}
+
 /// Runs a random run and prints its table; returns both.
 async fn run_and_print(cfg: &ChaosConfig) -> (Report, String) {
     let report = chaos::run(&testbed(), cfg).await.expect("chaos run");
@@ -240,18 +263,8 @@ async fn our_sidecar_survives_a_bounded_policy_mode_chaos_run_without_violations
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn issue_486_restart_mid_create_then_delete_leaves_no_volume_with_our_sidecar() {
-    let report = chaos::scenarios::run(
-        &testbed(),
-        Scenario::Issue486,
-        Sidecar::Ours,
-        486,
-        false,
-        false,
-    )
-    .await
-    .expect("scenario");
-    let table = report.render();
-    println!("{table}");
+    let (report, table) =
+        scenario_and_print(Scenario::Issue486, Sidecar::Ours, 486, Vec::new()).await;
     // The orphaned CreateVolume did create a volume, and we deleted it.
     assert_eq!(backend(&report, "volumes created"), 1, "{table}");
     assert_eq!(backend(&report, "volumes deleted"), 1, "{table}");
@@ -260,18 +273,8 @@ async fn issue_486_restart_mid_create_then_delete_leaves_no_volume_with_our_side
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn issue_486_leaks_with_the_upstream_sidecar() {
-    let report = chaos::scenarios::run(
-        &testbed(),
-        Scenario::Issue486,
-        Sidecar::Upstream,
-        486,
-        false,
-        false,
-    )
-    .await
-    .expect("scenario");
-    let table = report.render();
-    println!("{table}");
+    let (report, table) =
+        scenario_and_print(Scenario::Issue486, Sidecar::Upstream, 486, Vec::new()).await;
     // The reproduction is real: the same steps leak with upstream v6.3.0 (its issue #486).
     let leaks = report
         .invariants
@@ -284,11 +287,7 @@ async fn issue_486_leaks_with_the_upstream_sidecar() {
 /// A late second sync of a claim (#1469) with our sidecar: one volume for the
 /// claim's life, deleted with it; none made by the late sync.
 async fn late_sync_creates_no_second_volume(scenario: Scenario, seed: u64) {
-    let report = chaos::scenarios::run(&testbed(), scenario, Sidecar::Ours, seed, false, false)
-        .await
-        .expect("scenario");
-    let table = report.render();
-    println!("{table}");
+    let (report, table) = scenario_and_print(scenario, Sidecar::Ours, seed, Vec::new()).await;
     // PV watches are cluster-wide: other runs' new PVs are hidden (and counted) too.
     assert!(
         report.proxy.get("watch-hide").copied().unwrap_or(0) >= 1,
@@ -310,18 +309,8 @@ async fn issue_1469_late_sync_after_the_pv_is_gone_creates_no_volume_with_our_si
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cleanup_interrupted_after_its_delete_volume_creates_no_second_volume() {
-    let report = chaos::scenarios::run(
-        &testbed(),
-        Scenario::RestartDuringCleanup,
-        Sidecar::Ours,
-        7,
-        false,
-        false,
-    )
-    .await
-    .expect("scenario");
-    let table = report.render();
-    println!("{table}");
+    let (report, table) =
+        scenario_and_print(Scenario::RestartDuringCleanup, Sidecar::Ours, 7, Vec::new()).await;
     // The held DeleteVolume was finished by the backend while the sidecar was down.
     assert!(backend(&report, "volumes deleted") >= 1, "{table}");
     assert_eq!(backend(&report, "volumes created"), 1, "{table}");
@@ -343,7 +332,10 @@ fn sweep_options(sidecar: Sidecar, flows: &[Flow]) -> SweepOptions {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_at_every_step_of_provisioning_deletion_and_cleanup_breaks_no_invariant() {
-    let opts = sweep_options(Sidecar::Ours, &[Flow::Provision, Flow::Delete, Flow::Cleanup]);
+    let opts = sweep_options(
+        Sidecar::Ours,
+        &[Flow::Provision, Flow::Delete, Flow::Cleanup],
+    );
     let report = chaos::sweep::sweep(&testbed(), &opts).await.expect("sweep");
     let table = report.render();
     println!("{table}");
@@ -354,7 +346,11 @@ async fn a_crash_at_every_step_of_provisioning_deletion_and_cleanup_breaks_no_in
         .iter()
         .flat_map(|(_, steps)| steps.iter().map(|s| s.label()))
         .collect();
-    for step in ["CreateVolume #1", "create persistentvolumes #1", "DeleteVolume #1"] {
+    for step in [
+        "CreateVolume #1",
+        "create persistentvolumes #1",
+        "DeleteVolume #1",
+    ] {
         assert!(labels.iter().any(|l| l == step), "no step {step}\n{table}");
     }
     assert!(report.outcomes.len() >= 4 * labels.len(), "{table}");
@@ -389,18 +385,8 @@ async fn the_sweep_finds_upstreams_leak_when_it_dies_after_create_volume() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn time_travel_onto_a_lagging_api_server_creates_and_deletes_nothing_with_our_sidecar() {
-    let report = chaos::scenarios::run(
-        &testbed(),
-        Scenario::TimeTravel,
-        Sidecar::Ours,
-        29,
-        false,
-        false,
-    )
-    .await
-    .expect("scenario");
-    let table = report.render();
-    println!("{table}");
+    let (report, table) =
+        scenario_and_print(Scenario::TimeTravel, Sidecar::Ours, 29, Vec::new()).await;
     // Real: the second server's cache showed the deleted claim alive when the sidecar
     // restarted onto it.
     assert_eq!(
@@ -429,19 +415,13 @@ async fn time_travel_catches_a_sidecar_that_lists_from_the_api_servers_cache() {
     // the partition like ours; told to list as clients without WatchListClient do
     // (`resourceVersion=0`, served from the lagging cache), it provisions the deleted claim
     // again. Shows the scenario's verdict can fail.
-    let report = chaos::scenarios::run_with_env(
-        &testbed(),
+    let (report, table) = scenario_and_print(
         Scenario::TimeTravel,
         Sidecar::Upstream,
         29,
-        false,
-        false,
         vec![("KUBE_FEATURE_WatchListClient".into(), "false".into())],
     )
-    .await
-    .expect("scenario");
-    let table = report.render();
-    println!("{table}");
+    .await;
     let late = report
         .invariants
         .iter()

@@ -533,17 +533,35 @@ mod tests {
         let table = Arc::new(FaultTable::new(1));
         // nth 0 disarms.
         table
-            .set("DeleteVolume", Fault::Hold { nth: 1, after: false })
+            .set(
+                "DeleteVolume",
+                Fault::Hold {
+                    nth: 1,
+                    after: false,
+                },
+            )
             .unwrap();
         table
-            .set("DeleteVolume", Fault::Hold { nth: 0, after: false })
+            .set(
+                "DeleteVolume",
+                Fault::Hold {
+                    nth: 0,
+                    after: false,
+                },
+            )
             .unwrap();
         assert!(matches!(
             table.before_call("DeleteVolume").await,
             Verdict::Proceed
         ));
         table
-            .set("DeleteVolume", Fault::Hold { nth: 2, after: false })
+            .set(
+                "DeleteVolume",
+                Fault::Hold {
+                    nth: 2,
+                    after: false,
+                },
+            )
             .unwrap();
         assert!(matches!(
             table.before_call("DeleteVolume").await,
@@ -564,7 +582,13 @@ mod tests {
         ));
 
         table
-            .set("CreateVolume", Fault::Hold { nth: 1, after: true })
+            .set(
+                "CreateVolume",
+                Fault::Hold {
+                    nth: 1,
+                    after: true,
+                },
+            )
             .unwrap();
         assert!(matches!(
             table.before_call("CreateVolume").await,

@@ -186,11 +186,7 @@ pub fn kubeconfig_for(server: &str, namespace: &str) -> String {
     )
 }
 
-async fn accept(
-    listener: TcpListener,
-    shared: Arc<Shared>,
-    mut stopped: watch::Receiver<bool>,
-) {
+async fn accept(listener: TcpListener, shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
     loop {
         let (stream, _) = tokio::select! {
             r = listener.accept() => match r {
@@ -268,7 +264,9 @@ async fn handle(
         shared.holds.note(r);
     }
     if plan.hold == Some(HoldAt::Before) {
-        let request = record.clone().unwrap_or_else(|| WriteRecord::of(&info, &body));
+        let request = record
+            .clone()
+            .unwrap_or_else(|| WriteRecord::of(&info, &body));
         let (_guard, decision) = shared.holds.hold(HoldAt::Before, request, None);
         if decision.await != Ok(Decision::Release) {
             return Ok(dropped(&info));

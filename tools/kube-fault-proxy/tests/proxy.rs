@@ -327,7 +327,11 @@ async fn until_held(proxy: &Proxy, n: usize) -> Vec<kube_fault_proxy::HeldReques
         if held.len() >= n {
             return held;
         }
-        assert!(Instant::now() < until, "{} of {n} requests held", held.len());
+        assert!(
+            Instant::now() < until,
+            "{} of {n} requests held",
+            held.len()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -358,7 +362,10 @@ async fn a_held_write_is_dropped_before_or_after_the_api_server_acted() {
     assert_eq!(held[0].at, kube_fault_proxy::HoldAt::Before);
     assert!(direct.get_opt("second").await.unwrap().is_none(), "held");
     assert_eq!(bed.proxy.drop_held(), 1);
-    assert!(call.await.unwrap().is_err(), "the client is told nothing good");
+    assert!(
+        call.await.unwrap().is_err(),
+        "the client is told nothing good"
+    );
     assert!(direct.get_opt("second").await.unwrap().is_none(), "dropped");
 
     // Held after: the API server deleted it, the answer is dropped.
