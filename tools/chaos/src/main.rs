@@ -88,6 +88,11 @@ struct Args {
     /// API server's cache (resourceVersion=0), as older releases did.
     #[arg(long, value_parser = key_value)]
     sidecar_env: Vec<(String, String)>,
+    /// With --sweep: only the cases of one cell, `STEP,before|after,deleted|kept` (STEP as the
+    /// table writes it, e.g. `CreateVolume #1` or `patch persistentvolumeclaims #2`): to
+    /// replay one.
+    #[arg(long, value_parser = sweep_cell)]
+    sweep_only: Option<(String, chaos::sweep::Point, bool)>,
     /// With --sweep: cases run at once (each on a stage of its own).
     #[arg(long, default_value_t = 2)]
     sweep_jobs: usize,
@@ -98,6 +103,21 @@ fn key_value(s: &str) -> Result<(String, String), String> {
         Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
         _ => Err(format!("{s:?} is not KEY=VALUE")),
     }
+}
+
+fn sweep_cell(s: &str) -> Result<(String, chaos::sweep::Point, bool), String> {
+    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+    let point = match parts.get(1) {
+        Some(&"before") => chaos::sweep::Point::Before,
+        Some(&"after") => chaos::sweep::Point::After,
+        _ => return Err(format!("{s:?}: the crash point is before or after")),
+    };
+    let deleted = match parts.get(2) {
+        Some(&"deleted") => true,
+        Some(&"kept") => false,
+        _ => return Err(format!("{s:?}: the third part is deleted or kept")),
+    };
+    Ok((parts[0].to_string(), point, deleted))
 }
 
 fn share(s: &str) -> Result<f64, String> {
@@ -167,7 +187,7 @@ async fn run(args: Args) -> Result<usize, String> {
                 seed: args.seed,
                 keep_dir: args.keep_logs,
                 jobs: args.sweep_jobs,
-                only: None,
+                only: args.sweep_only.clone(),
             };
             let report = chaos::sweep::sweep(&testbed, &opts).await?;
             println!("{}", report.render());
