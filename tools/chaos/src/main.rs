@@ -191,7 +191,8 @@ async fn run(args: Args) -> Result<usize, String> {
             };
             let report = chaos::sweep::sweep(&testbed, &opts).await?;
             println!("{}", report.render());
-            violations += report.violations();
+            // A flow whose trace failed was not swept: that fails the run too.
+            violations += report.violations() + report.trace_errors.len();
         }
         return Ok(violations);
     }

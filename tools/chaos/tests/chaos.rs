@@ -353,6 +353,7 @@ async fn a_crash_at_every_step_of_provisioning_deletion_and_cleanup_breaks_no_in
     ] {
         assert!(labels.iter().any(|l| l == step), "no step {step}\n{table}");
     }
+    assert!(report.trace_errors.is_empty(), "{table}");
     assert!(report.outcomes.len() >= 4 * labels.len(), "{table}");
     for o in &report.outcomes {
         assert!(o.error.is_none() && o.reached, "{o:?}\n{table}");

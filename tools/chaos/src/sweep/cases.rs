@@ -236,6 +236,8 @@ pub struct SweepReport {
     /// Each flow's steps, as its trace recorded them.
     pub traces: Vec<(Flow, Vec<Step>)>,
     pub outcomes: Vec<Outcome>,
+    /// Flows whose trace failed (their cases did not run), and why.
+    pub trace_errors: Vec<(Flow, String)>,
     pub elapsed: Duration,
 }
 
@@ -265,6 +267,12 @@ impl SweepReport {
                 "- trace of `{}`: {}\n",
                 flow.name(),
                 list.join(", ")
+            ));
+        }
+        for (flow, e) in &self.trace_errors {
+            out.push_str(&format!(
+                "- trace of `{}` FAILED (no case run): {e}\n",
+                flow.name()
             ));
         }
         out.push_str(

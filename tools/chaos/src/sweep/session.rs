@@ -44,8 +44,16 @@ pub async fn sweep(testbed: &Testbed, opts: &SweepOptions) -> Result<SweepReport
     let started = Instant::now();
     let mut traces = Vec::new();
     let mut outcomes = Vec::new();
+    let mut trace_errors = Vec::new();
     for &flow in &opts.flows {
-        let trace = trace(testbed, opts, flow).await?;
+        let trace = match trace(testbed, opts, flow).await {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("sweep: {} {}: {e}", opts.sidecar.label(), flow.name());
+                trace_errors.push((flow, e));
+                continue;
+            }
+        };
         let steps: Vec<Step> = trace
             .into_iter()
             .filter(|s| opts.events || !matches!(&s.call, Call::Api { resource, .. } if resource.starts_with("events")))
@@ -104,6 +112,7 @@ pub async fn sweep(testbed: &Testbed, opts: &SweepOptions) -> Result<SweepReport
         policies: opts.policies,
         traces,
         outcomes,
+        trace_errors,
         elapsed: started.elapsed(),
     })
 }
