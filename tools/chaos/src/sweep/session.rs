@@ -352,30 +352,23 @@ async fn trigger(
 /// Waits until the trace's flow is over.
 async fn finished(world: &Shared, flow: Flow, ctx: &Context) -> Result<(), String> {
     match flow {
-        Flow::Provision => bound(world, CLAIM).await,
-        // The source's protection goes after the claim is Bound: a step of the flow too.
-        Flow::Restore | Flow::Clone => {
+        // A clone's source keeps its protection while it lives (it goes when the source is
+        // deleted and no clone of it is pending, as upstream's cloning protection does).
+        Flow::Provision | Flow::Clone => bound(world, CLAIM).await,
+        // A snapshot's protection goes once the restore is Bound: a step of the flow too.
+        Flow::Restore => {
             bound(world, CLAIM).await?;
-            let (snapshots, claims) = {
-                let w = world.lock().await;
-                (w.snapshots(), w.claims())
-            };
-            poll("the source's protection to go", REACH, || {
-                let (snapshots, claims) = (snapshots.clone(), claims.clone());
+            let snapshots = world.lock().await.snapshots();
+            poll("the snapshot's protection to go", REACH, || {
+                let snapshots = snapshots.clone();
                 async move {
-                    let finalizers = if flow == Flow::Restore {
-                        snapshots
-                            .get(VOLUME_SNAPSHOT)
-                            .await
-                            .ok()?
-                            .metadata
-                            .finalizers
-                    } else {
-                        claims.get(SOURCE).await.ok()?.metadata.finalizers
-                    };
-                    let protected = finalizers.unwrap_or_default().iter().any(|f| {
-                        f == check::SNAPSHOT_SOURCE_FINALIZER || f == check::CLONE_SOURCE_FINALIZER
-                    });
+                    let vs = snapshots.get(VOLUME_SNAPSHOT).await.ok()?;
+                    let protected = vs
+                        .metadata
+                        .finalizers
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|f| f == check::SNAPSHOT_SOURCE_FINALIZER);
                     (!protected).then_some(())
                 }
             })
