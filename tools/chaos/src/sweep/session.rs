@@ -458,6 +458,7 @@ async fn crash_at(world: &Shared, book: &Arc<Book>, outcome: &mut Outcome) -> Re
             }
             _ => delete_claim(world, book, CLAIM).await?,
         }
+        deletion_done(world, &case, &ctx).await?;
     }
     // The held request goes nowhere: before, it never reaches the server; after, its
     // answer is lost with the process that waited for it.
@@ -468,6 +469,46 @@ async fn crash_at(world: &Shared, book: &Arc<Book>, outcome: &mut Outcome) -> Re
         .map_err(|e| format!("dropping the held call: {e}"))?;
     // `faults_off` (the caller's next step) clears every rule and restarts the sidecar.
     Ok(())
+}
+
+/// Waits until a deletion made while the sidecar is down has gone as far as the control
+/// plane takes it without a provisioner: the object gone, or held only by a provisioner's
+/// finalizer (kube-controller-manager's `kubernetes.io/pvc-protection` or `pv-protection`
+/// removed). Otherwise a sidecar restarted a moment later might still find a deleted claim
+/// whole, and the case would depend on how busy kube-controller-manager was.
+async fn deletion_done(world: &Shared, case: &Case, ctx: &Context) -> Result<(), String> {
+    let client = world.lock().await.client.clone();
+    let ns = world.lock().await.ns.clone();
+    let pv = format!("pvc-{}", ctx.uid.clone().unwrap_or_default());
+    let claim_deleted = case.flow.deleted_while_down() == "claim";
+    poll("the deletion to take effect", REACH, || {
+        let (client, ns, pv) = (client.clone(), ns.clone(), pv.clone());
+        async move {
+            let meta = if claim_deleted {
+                kube::Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
+                    client, &ns,
+                )
+                .get_opt(CLAIM)
+                .await
+                .ok()?
+                .map(|c| c.metadata)
+            } else {
+                kube::Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(client)
+                    .get_opt(&pv)
+                    .await
+                    .ok()?
+                    .map(|p| p.metadata)
+            };
+            let protected = meta.is_some_and(|m| {
+                m.finalizers
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|f| f.starts_with("kubernetes.io/"))
+            });
+            (!protected).then_some(())
+        }
+    })
+    .await
 }
 
 /// SIGKILLs the sidecar and waits until it is gone (it stays down until `faults_off`).
