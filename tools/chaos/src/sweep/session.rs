@@ -458,7 +458,9 @@ async fn crash_at(world: &Shared, book: &Arc<Book>, outcome: &mut Outcome) -> Re
             }
             _ => delete_claim(world, book, CLAIM).await?,
         }
-        deletion_done(world, &case, &ctx).await?;
+        if case.flow.deleted_while_down() == "claim" {
+            claim_deletion_done(world).await?;
+        }
     }
     // The held request goes nowhere: before, it never reaches the server; after, its
     // answer is lost with the process that waited for it.
@@ -471,36 +473,19 @@ async fn crash_at(world: &Shared, book: &Arc<Book>, outcome: &mut Outcome) -> Re
     Ok(())
 }
 
-/// Waits until a deletion made while the sidecar is down has gone as far as the control
-/// plane takes it without a provisioner: the object gone, or held only by a provisioner's
-/// finalizer (kube-controller-manager's `kubernetes.io/pvc-protection` or `pv-protection`
-/// removed). Otherwise a sidecar restarted a moment later might still find a deleted claim
-/// whole, and the case would depend on how busy kube-controller-manager was.
-async fn deletion_done(world: &Shared, case: &Case, ctx: &Context) -> Result<(), String> {
-    let client = world.lock().await.client.clone();
-    let ns = world.lock().await.ns.clone();
-    let pv = format!("pvc-{}", ctx.uid.clone().unwrap_or_default());
-    let claim_deleted = case.flow.deleted_while_down() == "claim";
-    poll("the deletion to take effect", REACH, || {
-        let (client, ns, pv) = (client.clone(), ns.clone(), pv.clone());
+/// Waits until a claim deleted while the sidecar is down has gone as far as the control
+/// plane takes it without a provisioner: gone, or held only by a provisioner's finalizer
+/// (kube-controller-manager's `kubernetes.io/pvc-protection` removed). Otherwise a sidecar
+/// restarted a moment later might still find the deleted claim whole, and the case would
+/// depend on how busy kube-controller-manager was.
+async fn claim_deletion_done(world: &Shared) -> Result<(), String> {
+    let claims = world.lock().await.claims();
+    poll("the claim's deletion to take effect", REACH, || {
+        let claims = claims.clone();
         async move {
-            let meta = if claim_deleted {
-                kube::Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
-                    client, &ns,
-                )
-                .get_opt(CLAIM)
-                .await
-                .ok()?
-                .map(|c| c.metadata)
-            } else {
-                kube::Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(client)
-                    .get_opt(&pv)
-                    .await
-                    .ok()?
-                    .map(|p| p.metadata)
-            };
-            let protected = meta.is_some_and(|m| {
-                m.finalizers
+            let protected = claims.get_opt(CLAIM).await.ok()?.is_some_and(|c| {
+                c.metadata
+                    .finalizers
                     .unwrap_or_default()
                     .iter()
                     .any(|f| f.starts_with("kubernetes.io/"))
