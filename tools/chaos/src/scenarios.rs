@@ -616,7 +616,7 @@ async fn time_travel(
             },
         )
         .await?;
-        *late = Some((volume, now_ms()));
+        *late = Some((volume, csi_test_driver::ledger::now_ms()));
         // The past, as the second server shows it: the claim alive, not bound.
         let stale = second.shows_live(&ns, &uid).await;
         // The sidecar restarts onto the stale server.
@@ -653,17 +653,10 @@ async fn time_travel(
     // Back to the first server before the second one goes (the settle phase follows).
     {
         let w = world.lock().await;
-        let (_, first) = crate::world::admin_client(&testbed.kubeconfig).await?;
-        let _ = w.proxy.set_upstream(first);
+        let _ = w.proxy.set_upstream(w.upstream.clone());
     }
     second.stop().await;
     result
-}
-
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 pub(crate) async fn bound(

@@ -11,8 +11,9 @@ use tokio::sync::Mutex;
 
 use crate::check::{self, DataSource, SourceKind};
 use crate::run::{self, Book, faults_off, settle};
-use crate::scenarios::{bound, create_from, now_ms, poll, wait_for_leader};
+use crate::scenarios::{bound, create_from, poll, wait_for_leader};
 use crate::world::{Sidecar, StageOptions, Testbed, World};
+use csi_test_driver::ledger::now_ms;
 
 use super::cases::{Call, Case, Flow, Outcome, Point, Step, SweepReport, steps};
 
