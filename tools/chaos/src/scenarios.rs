@@ -133,7 +133,8 @@ pub async fn run_with_env(
             leader_election: scenario != Scenario::TimeTravel,
             csi_timeout: "30s".into(),
             extra_args: Vec::new(),
-            time_travel: false,
+            // The World owns the scenario's second server (started and stopped with the stage).
+            time_travel: scenario == Scenario::TimeTravel,
             sidecar_env,
             keep_dir,
             policies: mode == Mode::Policies,
@@ -152,7 +153,7 @@ pub async fn run_with_env(
         Scenario::Issue1469 => issue_1469(&world, &book, false).await,
         Scenario::Issue1469PvGone => issue_1469(&world, &book, true).await,
         Scenario::RestartDuringCleanup => restart_during_cleanup(&world, &book).await,
-        Scenario::TimeTravel => time_travel(&world, &book, testbed, &mut late).await,
+        Scenario::TimeTravel => time_travel(&world, &book, &mut late).await,
     };
     faults_off(&world).await;
     let (invariants, snap) = settle(&world, &book, Duration::from_secs(60)).await;
@@ -539,19 +540,18 @@ const STALE_FOR: Duration = Duration::from_secs(12);
 async fn time_travel(
     world: &Arc<tokio::sync::Mutex<World>>,
     book: &Arc<Book>,
-    testbed: &Testbed,
     late: &mut Option<(String, u64)>,
 ) -> Result<BTreeMap<&'static str, u64>, String> {
-    let dir = testbed
-        .dir
-        .as_ref()
-        .ok_or("time-travel needs CSI_TESTBED_DIR (a test bed started by testbed/cluster.sh)")?;
-    let (control, ns, log) = {
-        let w = world.lock().await;
+    // The World's second server, borrowed for the scenario and handed back at its end (the
+    // World stops it at teardown).
+    let (control, ns, second) = {
+        let mut w = world.lock().await;
         let control = w.driver.control().await.map_err(|e| e.to_string())?;
-        (control, w.ns.clone(), w.dir.join("apiserver-2.log"))
+        let second = w.second.take().ok_or(
+            "time-travel needs CSI_TESTBED_DIR (a test bed started by testbed/cluster.sh)",
+        )?;
+        (control, w.ns.clone(), second)
     };
-    let second = crate::timetravel::SecondApiserver::start(dir, &testbed.kubeconfig, log).await?;
     let result = async {
         // A claim that stays Bound throughout: nothing may take its volume.
         create(world, book, "kept").await?;
@@ -650,12 +650,12 @@ async fn time_travel(
         ]))
     }
     .await;
-    // Back to the first server before the second one goes (the settle phase follows).
+    // Back to the first server for the settle phase; the second one goes back to the World.
     {
-        let w = world.lock().await;
+        let mut w = world.lock().await;
         let _ = w.proxy.set_upstream(w.upstream.clone());
+        w.second = Some(second);
     }
-    second.stop().await;
     result
 }
 
