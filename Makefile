@@ -59,5 +59,6 @@ bench-quick:
 #   make chaos SWEEP=all SIDECAR=both      (the crash sweep: a kill at every API write and CSI call
 #                                          of every flow, before and after, with and without a
 #                                          deletion while down; CHAOS_ARGS=--sweep-events adds events)
+#   make chaos PROFILE=release SEED=1      (our sidecar from an optimized build, as shipped)
 chaos:
-	@CLAIMS=$(CLAIMS) DURATION=$(DURATION) RATE=$(RATE) SEED=$(SEED) SIDECAR=$(SIDECAR) SCENARIO=$(SCENARIO) RESTORES=$(RESTORES) CLONES=$(CLONES) NODES=$(NODES) NODE_DEPLOYMENT=$(NODE_DEPLOYMENT) POLICIES=$(POLICIES) SWEEP=$(SWEEP) bash scripts/chaos.sh
+	@CLAIMS=$(CLAIMS) DURATION=$(DURATION) RATE=$(RATE) SEED=$(SEED) SIDECAR=$(SIDECAR) SCENARIO=$(SCENARIO) RESTORES=$(RESTORES) CLONES=$(CLONES) NODES=$(NODES) NODE_DEPLOYMENT=$(NODE_DEPLOYMENT) POLICIES=$(POLICIES) SWEEP=$(SWEEP) PROFILE=$(PROFILE) bash scripts/chaos.sh

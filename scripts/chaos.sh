@@ -12,6 +12,8 @@
 #   NODE_DEPLOYMENT=1 is the same as NODES=3
 #   POLICIES=1 (policy mode: the shipped intent policies installed for the run, our sidecar
 #   with --admission-intent, the policies removed mid-run as a fault; upstream runs without)
+#   PROFILE=release (our sidecar from an optimized build, as the image ships it, instead of
+#   the debug build the tests use; upstream's binary is an optimized Go build either way)
 # Extra flags for tools/chaos go in CHAOS_ARGS (e.g. CHAOS_ARGS=--keep-logs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +27,13 @@ cargo build --workspace --bins
 bins=$(mktemp -d /tmp/chaos-bins.XXXXXX)
 target=${CARGO_TARGET_DIR:-target}/debug
 cp "$target/csi-provisioner" "$target/csi-test-driver" "$target/chaos" "$bins/"
+case "${PROFILE:-debug}" in
+  debug) ;;
+  release)
+    cargo build --release -p csi-provisioner --bin csi-provisioner
+    cp "${CARGO_TARGET_DIR:-target}/release/csi-provisioner" "$bins/" ;;
+  *) echo "PROFILE must be debug or release, not $PROFILE" >&2; exit 2 ;;
+esac
 export CSI_PROVISIONER_BIN=${CSI_PROVISIONER_BIN:-$bins/csi-provisioner}
 export CSI_TEST_DRIVER_BIN=${CSI_TEST_DRIVER_BIN:-$bins/csi-test-driver}
 # What --restart-control-plane runs (`testbed/cluster.sh restart $CSI_TESTBED_DIR`).
