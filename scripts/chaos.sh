@@ -41,7 +41,17 @@ export CSI_TESTBED_CLUSTER_SH=${CSI_TESTBED_CLUSTER_SH:-$PWD/testbed/cluster.sh}
 own_testbed=
 cleanup() {
   rm -rf "$bins"
-  if [ -n "$own_testbed" ]; then bash testbed/cluster.sh down "$CSI_TESTBED_DIR" || true; fi
+  if [ -n "$own_testbed" ]; then
+    # --keep-logs keeps the control plane's logs too (the snapshot-controller's tells why a
+    # snapshot or a source claim outlived the teardown).
+    case " ${CHAOS_ARGS:-} " in
+      *" --keep-logs "*)
+        kept=$(mktemp -d /tmp/chaos-control-plane.XXXXXX)
+        cp "$CSI_TESTBED_DIR"/*.log "$kept"/ 2>/dev/null || true
+        echo "control-plane logs: $kept" ;;
+    esac
+    bash testbed/cluster.sh down "$CSI_TESTBED_DIR" || true
+  fi
 }
 trap cleanup EXIT
 if [ -z "${CSI_TESTBED_KUBECONFIG:-}" ]; then
