@@ -15,7 +15,7 @@ use csi_test_driver::control::Fault;
 use csi_test_driver::ledger::{Ledger, OperationRecord};
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
 use kube::api::{Api, ListParams};
-use support::{DEADLINE, Rig, k8s_keys, unique_name, wait_for};
+use support::{DEADLINE, Rig, Sidecar, k8s_keys, unique_name, wait_for};
 
 /// Short CSI timeout and quick retries, so failing paths go round often.
 const FAST: &[&str] = &[
@@ -220,6 +220,77 @@ async fn final_error_is_retried_with_growing_backoff_until_the_fault_clears() {
     let ledger = rig.ledger().await;
     assert_eq!(ledger.volumes.len(), 1, "{ledger:#?}");
     rig.cleanup().await;
+}
+
+// ---------------------------------------------------------------------------
+// Reports of a claim that keeps failing: client-go's event budget (25 events per
+// object and source, then one per 5 minutes), side by side with upstream.
+
+/// The event source of kube-controller-manager's PV controller.
+const PV_CONTROLLER: &str = "persistentvolume-controller";
+
+/// A claim whose `CreateVolume` failed at least `calls` times in quick retries: its
+/// Events, as (type, reason, count).
+async fn events_of_a_claim_failing(who: Sidecar, calls: usize) -> Vec<(String, String, i32)> {
+    let mut rig = Rig::builder("err-budget").start_for(who).await;
+    rig.control
+        .set_fault("CreateVolume", failing(GrpcCode::Internal))
+        .await
+        .unwrap();
+    let flags = [
+        "--leader-election=false",
+        "--retry-interval-start=20ms",
+        "--retry-interval-max=50ms",
+    ];
+    let upstream = rig.start_as(who, &flags);
+    rig.create_claim(rig.claim("data")).await;
+    wait_create_calls(&rig, calls).await;
+    // Events are sent in the background: give the last reports time to be written.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut events: Vec<(String, String, i32)> = rig
+        .events_for(&rig.ns.name, "data")
+        .await
+        .into_iter()
+        // kube-controller-manager's own `ExternalProvisioning` notes are not the sidecar's.
+        .filter(|e| e.source.as_ref().and_then(|s| s.component.as_deref()) != Some(PV_CONTROLLER))
+        .map(|e| {
+            (
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.count.unwrap_or(1),
+            )
+        })
+        .collect();
+    events.sort();
+    rig.control.clear_faults().await.unwrap();
+    rig.wait_bound("data").await;
+    drop(upstream);
+    rig.cleanup().await;
+    events
+}
+
+#[tokio::test]
+async fn a_claim_that_keeps_failing_is_reported_25_times_as_upstream_does() {
+    // Each attempt is reported twice (Provisioning, then ProvisioningFailed): 40 attempts
+    // are 80 reports, of which a budget of 25 is sent.
+    let ours = events_of_a_claim_failing(Sidecar::Ours, 40).await;
+    let upstream = events_of_a_claim_failing(Sidecar::Upstream, 40).await;
+    for (who, events) in [("ours", &ours), ("upstream", &upstream)] {
+        let sent: i32 = events.iter().map(|(_, _, count)| count).sum();
+        assert_eq!(sent, 25, "{who}: {events:?}");
+        let kinds: Vec<(&str, &str)> = events
+            .iter()
+            .map(|(t, r, _)| (t.as_str(), r.as_str()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("Normal", "Provisioning"),
+                ("Warning", "ProvisioningFailed")
+            ],
+            "{who}: {events:?}"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------

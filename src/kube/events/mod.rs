@@ -1,10 +1,12 @@
 //! Core/v1 Events, as upstream's client-go recorder writes them (the group
-//! upstream's RBAC grants), with the same aggregation idea: a repeat of the
-//! same reason and message on the same object bumps `count` on the existing
-//! Event instead of creating another. Messages never contain secret data:
-//! callers pass error texts built from names, never from secret values.
+//! upstream's RBAC grants), after the same correlation ([`correlate`]): similar
+//! messages combined, repeats counted on one Event, and at most 25 events per
+//! object and source at once, then one per 5 minutes. Messages never contain
+//! secret data: callers pass error texts built from names, never from secret
+//! values.
 
-use std::collections::HashMap;
+mod correlate;
+
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
@@ -14,24 +16,14 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
-use tracing::warn;
+use tracing::{debug, warn};
 
+use self::correlate::{Correlator, Subject, Verdict};
 use crate::names::Reason;
 
-/// How long a posted Event is reused for repeats.
-const AGGREGATE_FOR: Duration = Duration::from_secs(600);
-/// Bound on remembered Events (the map is cleared when it fills).
-const MAX_REMEMBERED: usize = 4096;
 /// Events waiting to be sent; beyond this, new ones are dropped (with a log
 /// line), as client-go's broadcaster drops when its queue is full.
 const QUEUE: usize = 1000;
-
-struct Posted {
-    namespace: String,
-    name: String,
-    count: i32,
-    at: Instant,
-}
 
 /// One event to send, with everything taken from the object at record time.
 struct Pending {
@@ -65,7 +57,7 @@ impl EventRecorder {
             client,
             component: component.to_string(),
             host: host.to_string(),
-            posted: HashMap::new(),
+            correlator: Correlator::default(),
         };
         tokio::spawn(sender.run(rx));
         EventRecorder { queue }
@@ -131,7 +123,7 @@ struct Sender {
     client: Client,
     component: String,
     host: String,
-    posted: HashMap<(String, Reason, String), Posted>,
+    correlator: Correlator,
 }
 
 impl Sender {
@@ -151,73 +143,67 @@ impl Sender {
     }
 
     async fn send(&mut self, p: &Pending) -> Result<(), kube::Error> {
-        let uid = p.involved.uid.clone().unwrap_or_default();
-        let key = (uid, p.reason, p.message.clone());
-        let repeat = self
-            .posted
-            .get(&key)
-            .filter(|posted| posted.at.elapsed() < AGGREGATE_FOR)
-            .map(|posted| (posted.namespace.clone(), posted.name.clone(), posted.count));
-        if let Some((namespace, name, count)) = repeat {
-            let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
-            let body = json!({"count": count + 1, "lastTimestamp": p.at});
+        let component = p.component.as_deref().unwrap_or(&self.component);
+        // Events from another component are sent without a host (see `record_as`).
+        let host = Some(self.host.as_str()).filter(|h| !h.is_empty() && p.component.is_none());
+        let subject = Subject {
+            component: component.to_string(),
+            host: host.unwrap_or_default().to_string(),
+            api_version: p.involved.api_version.clone().unwrap_or_default(),
+            kind: p.involved.kind.clone().unwrap_or_default(),
+            namespace: p.involved.namespace.clone().unwrap_or_default(),
+            name: p.object_name.clone(),
+            uid: p.involved.uid.clone().unwrap_or_default(),
+        };
+        let verdict = self
+            .correlator
+            .judge(&subject, p.reason, &p.message, Instant::now(), || {
+                format!("{}.{:x}", p.object_name, rand::random::<u64>())
+            });
+        let Verdict::Send {
+            name,
+            message,
+            count,
+        } = verdict
+        else {
+            debug!(reason = %p.reason, object = %p.object_name, "event not sent: over the object's event budget");
+            return Ok(());
+        };
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &p.namespace);
+        if count > 1 {
+            let body = json!({"count": count, "lastTimestamp": p.at, "message": message});
             match api
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
                 .await
             {
-                Ok(_) => {
-                    if let Some(posted) = self.posted.get_mut(&key) {
-                        posted.count = count + 1;
-                        posted.at = Instant::now();
-                    }
-                    return Ok(());
-                }
-                // The Event expired or was deleted: post a new one below.
+                Ok(_) => return Ok(()),
+                // The Event expired or was deleted: post it again below.
                 Err(e) if super::is_not_found(&e) => {}
                 Err(e) => return Err(e),
             }
         }
-        let name = format!("{}.{:x}", p.object_name, rand::random::<u64>());
-        let component = p
-            .component
-            .clone()
-            .unwrap_or_else(|| self.component.clone());
         let event = Event {
             metadata: ObjectMeta {
-                name: Some(name.clone()),
+                name: Some(name),
                 namespace: Some(p.namespace.clone()),
                 ..Default::default()
             },
             involved_object: p.involved.clone(),
             reason: Some(p.reason.as_str().to_string()),
-            message: Some(p.message.clone()),
+            message: Some(message),
             type_: Some(p.reason.event_type().as_str().to_string()),
             source: Some(EventSource {
-                component: Some(component.clone()),
-                host: Some(self.host.clone()).filter(|h| !h.is_empty() && p.component.is_none()),
+                component: Some(component.to_string()),
+                host: host.map(String::from),
             }),
             first_timestamp: Some(p.at.clone()),
             last_timestamp: Some(p.at.clone()),
-            count: Some(1),
-            reporting_component: Some(component),
-            reporting_instance: Some(self.host.clone())
-                .filter(|h| !h.is_empty() && p.component.is_none()),
+            count: Some(count),
+            reporting_component: Some(component.to_string()),
+            reporting_instance: host.map(String::from),
             ..Default::default()
         };
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &p.namespace);
         api.create(&PostParams::default(), &event).await?;
-        if self.posted.len() >= MAX_REMEMBERED {
-            self.posted.clear();
-        }
-        self.posted.insert(
-            key,
-            Posted {
-                namespace: p.namespace.clone(),
-                name,
-                count: 1,
-                at: Instant::now(),
-            },
-        );
         Ok(())
     }
 }
