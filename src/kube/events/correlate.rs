@@ -8,21 +8,23 @@
 //!    `(combined from similar events): ` and the latest message.
 //! 2. **Repeats are counted.** An event equal to one posted before (same
 //!    source, object, reason and message) bumps `count` on that Event.
-//! 3. **Spam is dropped.** One source may report 25 events about one object at
-//!    once, then one per 5 minutes; the rest are not sent. They are still
-//!    counted, so the next Event sent carries the true count.
+//! 3. **Spam is dropped.** One source may report 25 events of one type (Normal,
+//!    Warning) about one object at once, then one per 5 minutes; the rest are
+//!    not sent. They are still counted, so the next Event sent carries the true
+//!    count. (client-go keyed this budget on source and object alone before
+//!    Kubernetes 1.32; upstream v6.3 is built with the type in the key.)
 //!
-//! A claim whose provisioning keeps failing is reported 25 times and then
-//! about once per 5 minutes, not once per retry: the requests go to work
-//! instead of reports, as with upstream.
+//! A claim whose provisioning keeps failing gets 25 Warnings and then about
+//! one per 5 minutes, not one per retry: the requests go to work instead of
+//! reports, as with upstream.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use crate::kube::throttle::TokenBucket;
-use crate::names::Reason;
+use crate::names::{EventType, Reason};
 
-/// Events one source may send about one object at once.
+/// Events of one type one source may send about one object at once.
 const SPAM_BURST: u32 = 25;
 /// Then one per this many seconds.
 const SPAM_EVERY_SECS: f32 = 300.0;
@@ -89,7 +91,7 @@ struct EventKey {
 pub struct Correlator {
     similar: HashMap<(Subject, Reason), Similar>,
     seen: HashMap<EventKey, Seen>,
-    budget: HashMap<Subject, TokenBucket>,
+    budget: HashMap<(Subject, EventType), TokenBucket>,
 }
 
 impl Correlator {
@@ -126,11 +128,12 @@ impl Correlator {
                 at: now,
             },
         );
-        if !self.budget.contains_key(subject) {
+        let budget = (subject.clone(), reason.event_type());
+        if !self.budget.contains_key(&budget) {
             let bucket = TokenBucket::new(1.0 / SPAM_EVERY_SECS, SPAM_BURST);
-            bounded_insert(&mut self.budget, subject.clone(), bucket);
+            bounded_insert(&mut self.budget, budget.clone(), bucket);
         }
-        let bucket = self.budget.get_mut(subject).expect("inserted above");
+        let bucket = self.budget.get_mut(&budget).expect("inserted above");
         if bucket.take_at(now).is_err() {
             return Verdict::Drop;
         }
@@ -261,22 +264,24 @@ mod tests {
     }
 
     #[test]
-    fn the_budget_is_per_source_and_object_across_reasons() {
+    fn the_budget_is_per_source_object_and_type_across_reasons() {
         let mut r = Run::new();
         let (c, d) = (subject("c", "p"), subject("d", "p"));
         for n in 0..25 {
             let reason = if n % 2 == 0 {
-                Reason::Provisioning
-            } else {
                 Reason::ProvisioningFailed
+            } else {
+                Reason::ProvisioningCleanupFailed
             };
             assert!(matches!(r.at(1, &c, reason, "x"), Verdict::Send { .. }));
         }
-        assert_eq!(
-            r.at(1, &c, Reason::ProvisioningSucceeded, "done"),
-            Verdict::Drop
-        );
-        // Another object, and the same object from another source, have budgets of their own.
+        assert_eq!(r.at(1, &c, Reason::ProvisioningFailed, "y"), Verdict::Drop);
+        // Normal events about the same object have a budget of their own, as have another
+        // object and the same object from another source.
+        assert!(matches!(
+            r.at(1, &c, Reason::Provisioning, "x"),
+            Verdict::Send { .. }
+        ));
         assert!(matches!(
             r.at(1, &d, Reason::ProvisioningFailed, "x"),
             Verdict::Send { .. }

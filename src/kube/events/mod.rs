@@ -1,7 +1,7 @@
 //! Core/v1 Events, as upstream's client-go recorder writes them (the group
 //! upstream's RBAC grants), after the same correlation ([`correlate`]): similar
 //! messages combined, repeats counted on one Event, and at most 25 events per
-//! object and source at once, then one per 5 minutes. Messages never contain
+//! object, source and type at once, then one per 5 minutes. Messages never contain
 //! secret data: callers pass error texts built from names, never from secret
 //! values.
 
