@@ -231,9 +231,15 @@ EOF
   # with a backoff that doubles per failure (1 s to 5 min by default), not when the claim
   # goes; with 30 s a test that deletes the claims sees the snapshot go within ~30 s,
   # rather than up to 5 minutes later.
+  # --resync-period: a VolumeSnapshot deleted within a second of its creation, while the
+  # controller's informers relist after a kube-apiserver restart, can keep its
+  # volumesnapshot-bound-protection finalizer until the next resync: its content's deletion
+  # never reaches the controller (the relist no longer shows the content), and that event is
+  # what would have sent the snapshot round again. 15 min by default; 1 min here, so that a
+  # chaos teardown sees it go.
   start snapshot-controller "$bin/snapshot-controller" \
     --kubeconfig="$dir/kubeconfig" --kube-api-qps=200 --kube-api-burst=400 --v=2 \
-    --retry-interval-max=30s
+    --retry-interval-max=30s --resync-period=1m
   sleep 1
   kill -0 "$(cat "$dir/snapshot-controller.pid")" || { log "snapshot-controller exited"; tail -20 "$dir/snapshot-controller.log" >&2; false; }
 
