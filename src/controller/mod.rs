@@ -76,6 +76,9 @@ pub struct Caches {
     /// `Store::wait_until_ready` does not).
     pub volumes_listed: Listed,
     pub claims: Store<Claim>,
+    /// The claim cache holds its first list: before it, the cache cannot say
+    /// that no claim waits for something.
+    pub claims_listed: Listed,
     /// How far the claim cache has caught up with the API server.
     pub claims_progress: Progress,
     /// VolumeAttachments, for a driver with `PUBLISH_UNPUBLISH_VOLUME` only:

@@ -20,8 +20,15 @@ use crate::kube::has_finalizer;
 use crate::kube::snapshot::{VolumeSnapshot, unprotect};
 use crate::provision::ClaimView;
 
-/// Sweeps every `every` until `stop`.
+/// Sweeps every `every` until `stop`, the first time once the claim cache
+/// holds its first list: before that it shows no claim waiting for any
+/// snapshot, and a sweep right after a start or a change of leader would take
+/// the protection off the snapshots of pending restores.
 pub async fn run(ctx: Arc<Context>, every: Duration, stop: CancellationToken) {
+    tokio::select! {
+        _ = ctx.caches.claims_listed.wait() => {}
+        _ = stop.cancelled() => return,
+    }
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -104,6 +104,7 @@ pub(super) async fn start(
         volumes,
         volumes_listed: Listed::default(),
         claims,
+        claims_listed: Listed::default(),
         claims_progress,
         attachments,
         namespaces,
@@ -365,7 +366,7 @@ fn claim_watch(
     let stream = cached_stream::<Claim, _>(
         &ctx.client,
         writer,
-        Listed::default(),
+        ctx.caches.claims_listed.clone(),
         ctx.caches.claims_progress.clone(),
         claim::trim,
         claim::cached,

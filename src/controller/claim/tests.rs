@@ -150,6 +150,15 @@ fn pv_name() -> String {
 
 impl Rig {
     async fn new(steps: Vec<Step>, caps: DriverCapabilities) -> Rig {
+        Rig::with_claims_listed(steps, caps, Listed::done()).await
+    }
+
+    /// A rig whose claim cache holds its first list once `claims_listed` says so.
+    async fn with_claims_listed(
+        steps: Vec<Step>,
+        caps: DriverCapabilities,
+        claims_listed: Listed,
+    ) -> Rig {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("csi.sock");
         let control = dir.path().join("control.sock");
@@ -203,6 +212,7 @@ impl Rig {
                 volumes,
                 volumes_listed: Listed::done(),
                 claims,
+                claims_listed,
                 claims_progress: Default::default(),
                 attachments: None,
                 namespaces: None,
@@ -1136,6 +1146,12 @@ async fn a_deleted_restore_claim_asks_for_its_volume_only_with_the_snapshots_han
         Reply::Object(v) => Reply::Object(v.clone()),
         _ => unreachable!(),
     };
+    let unprotected_bound = || {
+        Reply::Object(json!({"apiVersion": "snapshot.storage.k8s.io/v1",
+            "kind": "VolumeSnapshot", "metadata": {"name": "snap", "namespace": ns},
+            "spec": {"source": {"persistentVolumeClaimName": "origin"}},
+            "status": {"boundVolumeSnapshotContentName": "content", "readyToUse": true}}))
+    };
     const GET_SNAPSHOT: &str = "GET volumesnapshots/snap";
     let caps = DriverCapabilities {
         controller_service: true,
@@ -1176,6 +1192,17 @@ async fn a_deleted_restore_claim_asks_for_its_volume_only_with_the_snapshots_han
             false,
             "snapshot unreadable now: retry, nothing asked",
         ),
+        (
+            vec![
+                (get_pv(), Reply::Status(404)),
+                (GET_CLAIM, claim_object(&d)),
+                (GET_SNAPSHOT, unprotected_bound()),
+                (GET_SNAPSHOT, unprotected_bound()),
+                (RELEASE, claim_object(&d)),
+            ],
+            true,
+            "snapshot bound but not protected (no restore was sent; it may go at any time): release",
+        ),
     ];
     for (steps, ok, what) in rows {
         let rig = Rig::new(steps, caps.clone()).await;
@@ -1188,6 +1215,123 @@ async fn a_deleted_restore_claim_asks_for_its_volume_only_with_the_snapshots_han
             "{what}: no CreateVolume, no volume"
         );
     }
+}
+
+/// A deleted clone asks the driver for its volume only while its source claim
+/// carries the cloning protection: a clone is sent only after protecting the
+/// source, and the protection stays while a clone (deleted or not) waits. A
+/// source without it was never sent and may go while the call runs: the
+/// release-build soak of 2026-12-06 (policy mode, seed 33) saw a cleanup ask
+/// `CreateVolume` for c-00406 with its source's volume, read a moment
+/// before, while kube-controller-manager released and our volume path deleted
+/// that volume (the source claim c-00313 was deleted with no protection on it).
+#[tokio::test]
+async fn a_deleted_clone_claim_asks_for_its_volume_only_while_its_source_is_protected() {
+    let mut d = deleted();
+    d.spec.as_mut().unwrap().data_source =
+        Some(k8s_openapi::api::core::v1::TypedLocalObjectReference {
+            api_group: None,
+            kind: "PersistentVolumeClaim".into(),
+            name: "origin".into(),
+        });
+    let ns = d.metadata.namespace.clone().unwrap();
+    let origin = || {
+        Reply::Object(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "origin", "namespace": ns, "uid": "origin-uid"},
+            "spec": {"volumeName": "pv-origin", "storageClassName": "fast"},
+            "status": {"phase": "Bound"}}))
+    };
+    const GET_ORIGIN: &str = "GET persistentvolumeclaims/origin";
+    let caps = DriverCapabilities {
+        controller_service: true,
+        create_delete_volume: true,
+        clone_volume: true,
+        ..Default::default()
+    };
+    // (steps, ok, what)
+    let rows: Vec<(Vec<Step>, bool, &str)> = vec![
+        (
+            vec![
+                (get_pv(), Reply::Status(404)),
+                (GET_CLAIM, claim_object(&d)),
+                (GET_ORIGIN, origin()),
+                (RELEASE, claim_object(&d)),
+            ],
+            true,
+            "source bound but not protected (no clone was sent; it may go at any time): release",
+        ),
+        (
+            vec![
+                (get_pv(), Reply::Status(404)),
+                (GET_CLAIM, claim_object(&d)),
+                (GET_ORIGIN, Reply::Status(404)),
+                (RELEASE, claim_object(&d)),
+            ],
+            true,
+            "source gone (it was never protected by a clone): release",
+        ),
+        (
+            vec![
+                (get_pv(), Reply::Status(404)),
+                (GET_CLAIM, claim_object(&d)),
+                (GET_ORIGIN, Reply::Status(500)),
+            ],
+            false,
+            "source unreadable now: retry, nothing asked",
+        ),
+    ];
+    for (steps, ok, what) in rows {
+        let rig = Rig::new(steps, caps.clone()).await;
+        let r = rig.abandon(&d).await;
+        assert_eq!(r.is_ok(), ok, "{what}: {r:?}");
+        rig.assert_script_done();
+        assert_eq!(
+            rig.backend().await,
+            (0, 0, 0),
+            "{what}: no CreateVolume, no volume"
+        );
+    }
+}
+
+/// The snapshot sweep waits for the claim cache's first list: right after a
+/// start or a change of leader the cache shows no claim waiting for any
+/// snapshot, and a sweep then would take the protection off the snapshots of
+/// pending restores (the release-build soak of 2026-12-06, policy mode, seed
+/// 33, shows a sweep removing a protection 66 ms after a new leader took over,
+/// before its claim cache could have been listed).
+#[tokio::test]
+async fn the_snapshot_sweep_waits_for_the_claim_cache() {
+    let listed = Listed::default();
+    let empty = Reply::Object(json!({"apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshotList", "metadata": {}, "items": []}));
+    let rig = Rig::with_claims_listed(
+        vec![("GET volumesnapshots", empty)],
+        DriverCapabilities::default(),
+        listed.clone(),
+    )
+    .await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let sweep = tokio::spawn(crate::controller::snapshot_sweep::run(
+        rig.ctx.clone(),
+        Duration::from_secs(3600),
+        stop.clone(),
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        rig.script.lock().unwrap().steps.len(),
+        1,
+        "no sweep before the claim cache is listed"
+    );
+    listed.mark();
+    for _ in 0..100 {
+        if rig.script.lock().unwrap().steps.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    sweep.await.unwrap();
+    rig.assert_script_done();
 }
 
 #[tokio::test]
