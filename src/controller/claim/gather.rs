@@ -23,7 +23,7 @@ use crate::csi::pb;
 use crate::keys;
 use crate::kube::reference_grant::ReferenceGrant;
 use crate::kube::snapshot::{VolumeSnapshot, VolumeSnapshotContent};
-use crate::kube::{api_message, get_fresh, has_finalizer};
+use crate::kube::{api_message, get_fresh};
 use crate::provision::snapshot::SnapshotSource;
 use crate::provision::topology::{self as topo, Segments, SelectedNode, TopologyInputs};
 use crate::provision::{self, ClaimView, Gathered, Plan, ProvisionError};
@@ -102,13 +102,10 @@ pub async fn for_create(
 ///
 /// `None`: no create of this claim can have reached the driver, so there is
 /// nothing to ask for. A restore or clone is sent only with its source's
-/// handle, after the source is protected; a source that is gone, never had a
-/// handle, or does not carry the protection was never sent (the protection
-/// stays while a claim, deleted or not, waits for the source). Asking without
-/// the handle would make a volume the create never asked for, which every
-/// later (correct) request then meets as `AlreadyExists`; asking with an
-/// unprotected source would name a source that may go while the call runs.
-/// A source that cannot be read now is an error: retried.
+/// handle, after the source is protected; a source that is gone, or never
+/// had a handle, was never sent. Asking without it would make a volume the
+/// create never asked for, which every later (correct) request then meets
+/// as `AlreadyExists`. A source that cannot be read now is an error: retried.
 pub async fn for_cleanup(
     ctx: &Context,
     claim: &PersistentVolumeClaim,
@@ -144,8 +141,7 @@ pub async fn for_cleanup(
 }
 
 /// The handle of the snapshot a restore was made from: `None` when the
-/// snapshot or its content is gone or has none, or the snapshot is not
-/// protected (no restore was sent).
+/// snapshot or its content is gone or has none (no restore was sent).
 async fn snapshot_handle(
     ctx: &Context,
     source: &SnapshotSource,
@@ -160,7 +156,6 @@ async fn snapshot_handle(
         .await
         .map_err(unreadable)?;
     let Some(content) = snapshot
-        .filter(|s| has_finalizer(s, keys::FINALIZER_SNAPSHOT_SOURCE))
         .and_then(|s| s.status)
         .and_then(|s| s.bound_volume_snapshot_content_name)
     else {
@@ -319,8 +314,7 @@ async fn read_snapshot(
 }
 
 /// The volume handle of a source claim's PV: `None` when the claim or its PV
-/// is gone, unbound or not CSI, or the claim is not protected (no clone of it
-/// was sent).
+/// is gone, unbound or not CSI (no clone of it was sent).
 async fn source_volume(
     ctx: &Context,
     namespace: &str,
@@ -335,7 +329,6 @@ async fn source_volume(
     let original = get_fresh(&claims, name).await.map_err(unreadable)?;
     let Some(pv_name) = original
         .as_ref()
-        .filter(|c| ClaimView(c).has_finalizer(keys::FINALIZER_CLONE_SOURCE))
         .and_then(|c| ClaimView(c).volume_name().map(str::to_string))
     else {
         return Ok(None);
