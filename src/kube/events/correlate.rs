@@ -19,6 +19,7 @@
 //! reports, as with upstream.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
 use std::time::{Duration, Instant};
 
 use crate::kube::throttle::TokenBucket;
@@ -66,7 +67,8 @@ pub enum Verdict {
     },
 }
 
-/// One Event in the making: the one posted for a key, and its count so far.
+/// One Event in the making: the one posted for a key, and its count so far
+/// (0: none yet).
 struct Seen {
     name: String,
     count: i32,
@@ -76,7 +78,8 @@ struct Seen {
 /// The different messages of one reason on one subject in the current window.
 struct Similar {
     messages: HashSet<String>,
-    since: Instant,
+    /// The group's last event: the window restarts at each (as client-go's).
+    last: Instant,
 }
 
 /// A counted Event's key; `message` is `None` for the combined Event of a reason.
@@ -113,27 +116,23 @@ impl Correlator {
             reason,
             message: key,
         };
-        let (name, count) = match self.seen.get(&key) {
-            Some(s) if now.saturating_duration_since(s.at) < REUSE_FOR => {
-                (s.name.clone(), s.count.saturating_add(1))
-            }
-            _ => (new_name(), 1),
-        };
-        bounded_insert(
-            &mut self.seen,
-            key,
-            Seen {
-                name: name.clone(),
-                count,
-                at: now,
-            },
-        );
-        let budget = (subject.clone(), reason.event_type());
-        if !self.budget.contains_key(&budget) {
-            let bucket = TokenBucket::new(1.0 / SPAM_EVERY_SECS, SPAM_BURST);
-            bounded_insert(&mut self.budget, budget.clone(), bucket);
+        let seen = bounded_entry(&mut self.seen, key, || Seen {
+            name: String::new(),
+            count: 0,
+            at: now,
+        });
+        if seen.count == 0 || now.saturating_duration_since(seen.at) >= REUSE_FOR {
+            seen.name = new_name();
+            seen.count = 0;
         }
-        let bucket = self.budget.get_mut(&budget).expect("inserted above");
+        seen.count = seen.count.saturating_add(1);
+        seen.at = now;
+        let (name, count) = (seen.name.clone(), seen.count);
+        let bucket = bounded_entry(
+            &mut self.budget,
+            (subject.clone(), reason.event_type()),
+            || TokenBucket::new(1.0 / SPAM_EVERY_SECS, SPAM_BURST),
+        );
         if bucket.take_at(now).is_err() {
             return Verdict::Drop;
         }
@@ -146,20 +145,14 @@ impl Correlator {
 
     /// Notes `message` among the reason's messages; whether it is to be combined.
     fn combine(&mut self, subject: &Subject, reason: Reason, message: &str, now: Instant) -> bool {
-        let key = (subject.clone(), reason);
-        let fresh = |now| Similar {
+        let group = bounded_entry(&mut self.similar, (subject.clone(), reason), || Similar {
             messages: HashSet::new(),
-            since: now,
-        };
-        if !self.similar.contains_key(&key) {
-            bounded_insert(&mut self.similar, key.clone(), fresh(now));
+            last: now,
+        });
+        if now.saturating_duration_since(group.last) > SIMILAR_WITHIN {
+            group.messages.clear();
         }
-        let group = self.similar.get_mut(&key).expect("inserted above");
-        if now.saturating_duration_since(group.since) > SIMILAR_WITHIN {
-            *group = fresh(now);
-        }
-        // client-go's window restarts at each event of the group, not at its first.
-        group.since = now;
+        group.last = now;
         group.messages.insert(message.to_string());
         if group.messages.len() < SIMILAR_AFTER {
             return false;
@@ -171,11 +164,17 @@ impl Correlator {
     }
 }
 
-fn bounded_insert<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>, key: K, value: V) {
+/// The entry of `key`, made by `new` if absent, in a map of at most
+/// [`MAX_REMEMBERED`] keys (a full map is emptied first).
+fn bounded_entry<K: Eq + Hash, V>(
+    map: &mut HashMap<K, V>,
+    key: K,
+    new: impl FnOnce() -> V,
+) -> &mut V {
     if map.len() >= MAX_REMEMBERED && !map.contains_key(&key) {
         map.clear();
     }
-    map.insert(key, value);
+    map.entry(key).or_insert_with(new)
 }
 
 #[cfg(test)]
