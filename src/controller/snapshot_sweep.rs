@@ -15,10 +15,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::Context;
+use super::claim::snapshot_awaited;
 use crate::keys;
 use crate::kube::has_finalizer;
 use crate::kube::snapshot::{VolumeSnapshot, unprotect};
-use crate::provision::ClaimView;
 
 /// Sweeps every `every` until `stop`, the first time once the claim cache
 /// holds its first list: before that it shows no claim waiting for any
@@ -53,17 +53,13 @@ async fn sweep(ctx: &Context) {
             return;
         }
     };
-    let claims = ctx.caches.claims.state();
     for snapshot in snapshots
         .iter()
         .filter(|s| has_finalizer(*s, keys::FINALIZER_SNAPSHOT_SOURCE))
     {
         let namespace = snapshot.namespace().unwrap_or_default();
         let name = snapshot.name_any();
-        if claims
-            .iter()
-            .any(|c| ClaimView(&c.0).waits_for(keys::SNAPSHOT_KIND, &namespace, &name))
-        {
+        if snapshot_awaited(ctx, &namespace, &name, None) {
             debug!(snapshot = %name, %namespace, "snapshot sweep: a pending claim restores from it");
             continue;
         }

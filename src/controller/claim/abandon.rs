@@ -96,7 +96,7 @@ pub async fn abandon(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Ac
     ctx.claims.forget_created(uid);
     // No volume is being made from the claim's snapshot any more.
     if let Some(source) = restored_snapshot(&claim) {
-        super::protect::release_snapshot(ctx, &source).await;
+        super::protect::release_snapshot(ctx, &source, uid).await;
     }
     release_now(ctx, &claim).await?;
     Ok(Action::await_change())

@@ -116,7 +116,7 @@ async fn carry_out(
         .await?;
     save(ctx, claim, class, &plan, volume).await?;
     if let Some(snapshot) = &plan.snapshot {
-        protect::release_snapshot(ctx, snapshot).await;
+        protect::release_snapshot(ctx, snapshot, ClaimView(claim).uid()).await;
     }
     Ok(Action::await_change())
 }

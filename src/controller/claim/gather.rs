@@ -102,10 +102,14 @@ pub async fn for_create(
 ///
 /// `None`: no create of this claim can have reached the driver, so there is
 /// nothing to ask for. A restore or clone is sent only with its source's
-/// handle, after the source is protected; a source that is gone, or never
-/// had a handle, was never sent. Asking without it would make a volume the
-/// create never asked for, which every later (correct) request then meets
-/// as `AlreadyExists`. A source that cannot be read now is an error: retried.
+/// handle, after the source is protected, and the protection stays while the
+/// claim waits; a source that is gone, never had a handle, or is being
+/// deleted without our protection was never sent. Asking without it would
+/// make a volume the create never asked for, which every later (correct)
+/// request then meets as `AlreadyExists`. Otherwise the source is protected
+/// again (fenced, as the create does) before the request may name it, so it
+/// cannot go while the driver works on it. A source that cannot be read or
+/// protected now is an error: retried.
 pub async fn for_cleanup(
     ctx: &Context,
     claim: &PersistentVolumeClaim,
@@ -114,12 +118,16 @@ pub async fn for_cleanup(
 ) -> Result<Option<pb::CreateVolumeRequest>, ClaimError> {
     let content_source = match (&plan.snapshot, &plan.clone) {
         (Some(source), _) => match snapshot_handle(ctx, source).await? {
-            Some(handle) => Some(provision::snapshot::from_handle(handle)),
-            None => return Ok(None),
+            Some((handle, held)) if protect::hold_for_cleanup(ctx, &held).await? => {
+                Some(provision::snapshot::from_handle(handle))
+            }
+            _ => return Ok(None),
         },
         (None, Some(source)) => match source_volume(ctx, &source.namespace, &source.name).await? {
-            Some(handle) => Some(provision::clone::from_volume(handle)),
-            None => return Ok(None),
+            Some((handle, held)) if protect::hold_for_cleanup(ctx, &held).await? => {
+                Some(provision::clone::from_volume(handle))
+            }
+            _ => return Ok(None),
         },
         (None, None) => None,
     };
@@ -140,12 +148,13 @@ pub async fn for_cleanup(
     ))
 }
 
-/// The handle of the snapshot a restore was made from: `None` when the
-/// snapshot or its content is gone or has none (no restore was sent).
+/// The handle of the snapshot a restore was made from, and the snapshot as
+/// read: `None` when the snapshot or its content is gone or has none (no
+/// restore was sent).
 async fn snapshot_handle(
     ctx: &Context,
     source: &SnapshotSource,
-) -> Result<Option<String>, ClaimError> {
+) -> Result<Option<(String, protect::Source)>, ClaimError> {
     let unreadable = |e: kube::Error| ClaimError::DataSource {
         kind: "VolumeSnapshot",
         name: source.name.clone(),
@@ -155,21 +164,26 @@ async fn snapshot_handle(
     let snapshot = get_fresh(&snapshots, &source.name)
         .await
         .map_err(unreadable)?;
+    let Some(snapshot) = snapshot else {
+        return Ok(None);
+    };
     let Some(content) = snapshot
-        .and_then(|s| s.status)
-        .and_then(|s| s.bound_volume_snapshot_content_name)
+        .status
+        .as_ref()
+        .and_then(|s| s.bound_volume_snapshot_content_name.as_deref())
     else {
         return Ok(None);
     };
     let content = get_fresh(
         &Api::<VolumeSnapshotContent>::all(ctx.client.clone()),
-        &content,
+        content,
     )
     .await
     .map_err(unreadable)?;
     Ok(content
         .and_then(|c| c.status)
-        .and_then(|s| s.snapshot_handle))
+        .and_then(|s| s.snapshot_handle)
+        .map(|handle| (handle, protect::Source::Snapshot(Box::new(snapshot)))))
 }
 
 /// The listed labels and annotations of the claim and of its namespace as
@@ -313,13 +327,14 @@ async fn read_snapshot(
     Ok((snapshot, content))
 }
 
-/// The volume handle of a source claim's PV: `None` when the claim or its PV
-/// is gone, unbound or not CSI (no clone of it was sent).
+/// The volume handle of a source claim's PV, and the claim as read: `None`
+/// when the claim or its PV is gone, unbound or not CSI (no clone of it was
+/// sent).
 async fn source_volume(
     ctx: &Context,
     namespace: &str,
     name: &str,
-) -> Result<Option<String>, ClaimError> {
+) -> Result<Option<(String, protect::Source)>, ClaimError> {
     let unreadable = |e: kube::Error| ClaimError::DataSource {
         kind: "PersistentVolumeClaim",
         name: name.to_string(),
@@ -336,7 +351,15 @@ async fn source_volume(
     let pv = get_fresh(&Api::<PersistentVolume>::all(ctx.client.clone()), &pv_name)
         .await
         .map_err(unreadable)?;
-    Ok(pv.and_then(|pv| pv.spec?.csi).map(|csi| csi.volume_handle))
+    Ok(pv
+        .and_then(|pv| pv.spec?.csi)
+        .zip(original)
+        .map(|(csi, original)| {
+            (
+                csi.volume_handle,
+                protect::Source::Claim(Box::new(original)),
+            )
+        }))
 }
 
 /// The parameters of the VolumeAttributesClass `name`, read from the API

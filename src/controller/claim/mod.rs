@@ -43,6 +43,7 @@ pub use decide::{cached, gauges, trim};
 pub use error::ClaimError;
 pub use intent::IntentReleaser;
 pub use memory::ClaimMemory;
+pub use protect::snapshot_awaited;
 
 use super::memory::Hold;
 use super::{Context, bound_claim_uid};

@@ -168,6 +168,7 @@ impl Rig {
             format!("--control={}", control.display()),
             format!("--state-dir={}", dir.path().join("state").display()),
             format!("--drivername={DRIVER}"),
+            "--capabilities=+CLONE_VOLUME,+CREATE_DELETE_SNAPSHOT".to_string(),
         ]);
         tokio::spawn(async move { csi_test_driver::run(args).await.map_err(|e| e.to_string()) });
         let driver = DriverControl::connect_with_timeout(&control, Duration::from_secs(10))
@@ -1198,6 +1199,324 @@ async fn a_deleted_restore_claim_asks_for_its_volume_only_with_the_snapshots_han
             "{what}: no CreateVolume, no volume"
         );
     }
+}
+
+/// `claim` restoring from the snapshot `snap` (or, with `kind` "PersistentVolumeClaim", cloning the claim `origin`).
+fn with_source(mut claim: PersistentVolumeClaim, kind: &str) -> PersistentVolumeClaim {
+    let (api_group, name) = match kind {
+        "VolumeSnapshot" => (Some("snapshot.storage.k8s.io".to_string()), "snap"),
+        _ => (None, "origin"),
+    };
+    claim.spec.as_mut().unwrap().data_source =
+        Some(k8s_openapi::api::core::v1::TypedLocalObjectReference {
+            api_group,
+            kind: kind.into(),
+            name: name.into(),
+        });
+    claim
+}
+
+/// `value` with a deletion timestamp, and `finalizers`.
+fn going(mut value: Value, deleting: bool, finalizers: &[&str]) -> Value {
+    if deleting {
+        value["metadata"]["deletionTimestamp"] = json!("2026-12-06T19:24:54Z");
+    }
+    value["metadata"]["finalizers"] = json!(finalizers);
+    value
+}
+
+/// A deleted clone claim's cleanup asks the driver with its source volume
+/// only while the source is held by our protection: it protects a live
+/// source (fenced, as the create does) before the call may name it, and a
+/// source being deleted without the protection was never sent (a create
+/// protects first, and the protection stays while a clone waits), so it
+/// asks nothing. Before this, the cleanup named a source that the runner
+/// deleted while the call was held in the driver (the release-build soak of
+/// 2026-12-06, policy mode, seed 33, claims c-00406 and c-00954).
+#[tokio::test]
+async fn a_deleted_clone_claims_cleanup_holds_its_source_before_naming_it() {
+    let d = with_source(deleted(), keys::CLAIM_KIND);
+    let caps = DriverCapabilities {
+        controller_service: true,
+        create_delete_volume: true,
+        clone_volume: true,
+        ..Default::default()
+    };
+    const GET_ORIGIN: &str = "GET persistentvolumeclaims/origin";
+    const PATCH_ORIGIN: &str = "PATCH persistentvolumeclaims/origin";
+    const GET_ORIGIN_PV: &str = "GET persistentvolumes/origin-pv";
+    let origin = |deleting: bool, finalizers: &[&str]| {
+        Reply::Object(going(
+            json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "origin", "namespace": "team-a", "uid": "origin-uid",
+                             "resourceVersion": "5"},
+                "spec": {"volumeName": "origin-pv"}, "status": {"phase": "Bound"}}),
+            deleting,
+            finalizers,
+        ))
+    };
+    let protected = [keys::FINALIZER_CLONE_SOURCE];
+    // (steps after the claim is read, ok, CreateVolume calls, DeleteVolume calls, what)
+    let rows: Vec<(Vec<Step>, bool, u64, u64, &str)> = vec![
+        (
+            vec![
+                (GET_ORIGIN, origin(false, &[])),
+                (GET_ORIGIN_PV, Reply::Status(0)),
+                (PATCH_ORIGIN, origin(false, &protected)),
+                (PATCH_CLAIM, claim_object(&d)),
+                (RELEASE, claim_object(&d)),
+            ],
+            true,
+            1,
+            1,
+            "a live source without the protection: protected, then asked; the volume found is deleted",
+        ),
+        (
+            vec![
+                (GET_ORIGIN, origin(false, &[])),
+                (GET_ORIGIN_PV, Reply::Status(0)),
+                (PATCH_ORIGIN, Reply::Status(422)),
+            ],
+            false,
+            0,
+            0,
+            "its deletion began before the protection got on (422): nothing asked, retry",
+        ),
+        (
+            vec![
+                (GET_ORIGIN, origin(true, &[])),
+                (GET_ORIGIN_PV, Reply::Status(0)),
+                (RELEASE, claim_object(&d)),
+            ],
+            true,
+            0,
+            0,
+            "being deleted without the protection: no clone was sent; release without asking",
+        ),
+        (
+            vec![
+                (GET_ORIGIN, origin(true, &protected)),
+                (GET_ORIGIN_PV, Reply::Status(0)),
+                (PATCH_CLAIM, claim_object(&d)),
+                (RELEASE, claim_object(&d)),
+            ],
+            true,
+            1,
+            1,
+            "being deleted but held by the protection: asked, the volume found is deleted",
+        ),
+    ];
+    for (steps, ok, creates, deletes, what) in rows {
+        let rig = Rig::new(Vec::new(), caps.clone()).await;
+        // The source's volume, made beforehand (not counted below).
+        let source = rig
+            .ctx
+            .csi
+            .create_volume({
+                use crate::csi::pb;
+                pb::CreateVolumeRequest {
+                    name: "origin".into(),
+                    volume_capabilities: vec![pb::VolumeCapability {
+                        access_type: Some(pb::volume_capability::AccessType::Mount(
+                            Default::default(),
+                        )),
+                        access_mode: Some(pb::volume_capability::AccessMode {
+                            mode: pb::volume_capability::access_mode::Mode::SingleNodeWriter as i32,
+                        }),
+                    }],
+                    ..Default::default()
+                }
+            })
+            .await
+            .unwrap()
+            .volume
+            .unwrap()
+            .volume_id;
+        let source_pv = Reply::Object(json!({"apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": "origin-pv", "uid": "origin-pv-uid", "resourceVersion": "3"},
+            "spec": {"csi": {"driver": DRIVER, "volumeHandle": source}}}));
+        let steps = [
+            vec![
+                (get_pv(), Reply::Status(404)),
+                (GET_CLAIM, claim_object(&d)),
+            ],
+            steps
+                .into_iter()
+                .map(|(want, reply)| match reply {
+                    Reply::Status(0) => (want, source_pv.clone()),
+                    reply => (want, reply),
+                })
+                .collect(),
+        ]
+        .concat();
+        rig.then(steps);
+        let r = rig.abandon(&d).await;
+        assert_eq!(r.is_ok(), ok, "{what}: {r:?}");
+        rig.assert_script_done();
+        let (held, c, del) = rig.backend().await;
+        assert_eq!((c - 1, del), (creates, deletes), "{what}");
+        assert_eq!(held, 1, "{what}: only the source's volume is left");
+        if let Some(i) = rig.seen().iter().position(|r| r == PATCH_ORIGIN) {
+            let body = rig.body(i);
+            assert_eq!(body["metadata"]["uid"], "origin-uid", "{what}: fenced");
+            assert_eq!(
+                body["metadata"]["finalizers"],
+                json!([keys::FINALIZER_CLONE_SOURCE]),
+                "{what}"
+            );
+        }
+    }
+}
+
+/// A deleted restore claim's cleanup likewise: the snapshot is protected
+/// (fenced on the version read) before a call may name its handle, and a
+/// snapshot being deleted without our protection is not named.
+#[tokio::test]
+async fn a_deleted_restore_claims_cleanup_holds_its_snapshot_before_naming_it() {
+    let d = with_source(deleted(), keys::SNAPSHOT_KIND);
+    let caps = DriverCapabilities {
+        controller_service: true,
+        create_delete_volume: true,
+        create_delete_snapshot: true,
+        ..Default::default()
+    };
+    const GET_SNAPSHOT: &str = "GET volumesnapshots/snap";
+    const PATCH_SNAPSHOT: &str = "PATCH volumesnapshots/snap";
+    let snapshot = |deleting: bool, finalizers: &[&str]| {
+        Reply::Object(going(
+            json!({"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+                "metadata": {"name": "snap", "namespace": "team-a", "uid": "snap-uid",
+                             "resourceVersion": "8"},
+                "spec": {"source": {"persistentVolumeClaimName": "origin"}},
+                "status": {"boundVolumeSnapshotContentName": "content", "readyToUse": true}}),
+            deleting,
+            finalizers,
+        ))
+    };
+    let content = || {
+        (
+            "GET volumesnapshotcontents/content",
+            Reply::Object(json!({"apiVersion": "snapshot.storage.k8s.io/v1",
+                "kind": "VolumeSnapshotContent", "metadata": {"name": "content"},
+                "spec": {"driver": DRIVER, "deletionPolicy": "Delete",
+                         "source": {"snapshotHandle": "snap-h"},
+                         "volumeSnapshotRef": {"name": "snap", "namespace": "team-a"}},
+                "status": {"snapshotHandle": "snap-h", "readyToUse": true}})),
+        )
+    };
+    let protected = [keys::FINALIZER_SNAPSHOT_SOURCE];
+    // (steps after the claim is read, ok, CreateVolume calls, what). The
+    // driver has no snapshot `snap-h`: a call naming it is answered
+    // NotFound, which says nothing about an earlier call, so it is retried.
+    let rows: Vec<(Vec<Step>, bool, u64, &str)> = vec![
+        (
+            vec![
+                (GET_SNAPSHOT, snapshot(false, &[])),
+                content(),
+                (PATCH_SNAPSHOT, Reply::Status(409)),
+            ],
+            false,
+            0,
+            "a live snapshot without the protection: protected first; changed since read (409): nothing asked, retry",
+        ),
+        (
+            vec![
+                (GET_SNAPSHOT, snapshot(false, &[])),
+                content(),
+                (PATCH_SNAPSHOT, snapshot(false, &protected)),
+            ],
+            false,
+            1,
+            "a live snapshot without the protection: protected, then asked",
+        ),
+        (
+            vec![
+                (GET_SNAPSHOT, snapshot(true, &[])),
+                content(),
+                (GET_SNAPSHOT, snapshot(true, &[])),
+                (RELEASE, claim_object(&d)),
+            ],
+            true,
+            0,
+            "being deleted without the protection: no restore was sent; release without asking",
+        ),
+        (
+            vec![(GET_SNAPSHOT, snapshot(true, &protected)), content()],
+            false,
+            1,
+            "being deleted but held by the protection: asked",
+        ),
+    ];
+    for (steps, ok, creates, what) in rows {
+        let rig = Rig::new(
+            [
+                vec![
+                    (get_pv(), Reply::Status(404)),
+                    (GET_CLAIM, claim_object(&d)),
+                ],
+                steps,
+            ]
+            .concat(),
+            caps.clone(),
+        )
+        .await;
+        let r = rig.abandon(&d).await;
+        assert_eq!(r.is_ok(), ok, "{what}: {r:?}");
+        rig.assert_script_done();
+        assert_eq!(rig.backend().await, (0, creates, 0), "{what}");
+        if let Some(i) = rig.seen().iter().position(|r| r == PATCH_SNAPSHOT) {
+            let body = rig.body(i);
+            assert_eq!(
+                (
+                    &body["metadata"]["uid"],
+                    &body["metadata"]["resourceVersion"]
+                ),
+                (&json!("snap-uid"), &json!("8")),
+                "{what}: fenced on the snapshot as read"
+            );
+        }
+    }
+}
+
+/// A snapshot keeps our protection while another claim still waits to be
+/// restored from it: that claim's `CreateVolume` may be on its way. Before
+/// this, the first restore whose PV was saved took the protection off (as
+/// upstream does), and a deleted restore's cleanup then met a snapshot
+/// without it (the release-build soaks of 2026-12-06: pvc-b8fe567e… was
+/// made from snap-000020 3.6 s after another restore of it was made).
+#[tokio::test]
+async fn a_snapshot_keeps_its_protection_while_another_claim_restores_from_it() {
+    let mut rig = Rig::basic(Vec::new()).await;
+    let ours = with_source(claim(), keys::SNAPSHOT_KIND);
+    let mut other = with_source(claim(), keys::SNAPSHOT_KIND);
+    other.metadata.name = Some("other".into());
+    other.metadata.uid = Some("other-uid".into());
+    for c in [&ours, &other] {
+        rig.claim_writer
+            .apply_watcher_event(&watcher::Event::Apply(Claim(c.clone())));
+    }
+    let source = crate::provision::snapshot::SnapshotSource {
+        namespace: "team-a".into(),
+        name: "snap".into(),
+    };
+    super::protect::release_snapshot(&rig.ctx, &source, UID).await;
+    assert!(
+        rig.seen().is_empty(),
+        "another claim waits: the protection stays ({:?})",
+        rig.seen()
+    );
+    rig.ctx_mut();
+    rig.ctx.claims.mark_pv_saved("other-uid");
+    let snap = Reply::Object(json!({"apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshot", "metadata": {"name": "snap", "namespace": "team-a",
+            "uid": "snap-uid", "resourceVersion": "8",
+            "finalizers": [keys::FINALIZER_SNAPSHOT_SOURCE]}, "spec": {}}));
+    rig.then(vec![
+        ("GET volumesnapshots/snap", snap.clone()),
+        ("PATCH volumesnapshots/snap", snap),
+    ]);
+    super::protect::release_snapshot(&rig.ctx, &source, UID).await;
+    rig.assert_script_done();
 }
 
 /// The snapshot sweep waits for the claim cache's first list: right after a
