@@ -830,7 +830,7 @@ pub(crate) async fn teardown_check(
 }
 
 /// The snapshot-controller's finalizer on a snapshot's source claim.
-const PVC_AS_SOURCE: &str = "snapshot.storage.kubernetes.io/pvc-as-source-protection";
+pub const PVC_AS_SOURCE: &str = "snapshot.storage.kubernetes.io/pvc-as-source-protection";
 
 /// Once no VolumeSnapshot is left, removes the snapshot-controller's
 /// `pvc-as-source-protection` from deleted claims, as an operator would: that
@@ -840,7 +840,7 @@ const PVC_AS_SOURCE: &str = "snapshot.storage.kubernetes.io/pvc-as-source-protec
 /// #1305 is one open case) keeps it with no snapshot left to sync. Not a
 /// finalizer of either sidecar: what is behind the claim (its PV and volume)
 /// is still the sidecar's to reclaim, and is judged. Each removal is printed.
-async fn release_snapshot_controller_claims(
+pub async fn release_snapshot_controller_claims(
     api: &Api<PersistentVolumeClaim>,
     claims: &[ClaimState],
 ) {

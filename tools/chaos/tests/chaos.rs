@@ -430,3 +430,74 @@ async fn time_travel_catches_a_sidecar_that_lists_from_the_api_servers_cache() {
         .map(|r| r.violations.len());
     assert_eq!(late, Some(1), "\n{table}");
 }
+
+/// The teardown takes the snapshot-controller's `pvc-as-source-protection` off a
+/// deleted claim (no VolumeSnapshot is left to make that controller look at it
+/// again), and leaves a claim that is not being deleted as it is.
+#[tokio::test]
+async fn the_teardown_lets_a_deleted_claim_go_that_only_the_snapshot_controller_holds() {
+    use chaos::check::ClaimState;
+    use chaos::run::{PVC_AS_SOURCE, release_snapshot_controller_claims};
+    use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
+    use kube::api::{DeleteParams, PostParams};
+    use kube::{Api, ResourceExt};
+
+    let (client, _) = chaos::world::admin_client(&testbed().kubeconfig)
+        .await
+        .unwrap();
+    let ns = format!("teardown-{}", std::process::id());
+    let namespace: Namespace = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
+    .unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap();
+    let api = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns);
+    let claim = |name: &str| -> PersistentVolumeClaim {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "finalizers": [PVC_AS_SOURCE]},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "none",
+                     "resources": {"requests": {"storage": "1Gi"}}}}))
+        .unwrap()
+    };
+    let mut states = Vec::new();
+    for (name, delete) in [("held", true), ("live", false)] {
+        let made = api
+            .create(&PostParams::default(), &claim(name))
+            .await
+            .unwrap();
+        if delete {
+            api.delete(name, &DeleteParams::default()).await.unwrap();
+        }
+        states.push(ClaimState {
+            name: name.into(),
+            uid: made.uid().unwrap(),
+            deleting: delete,
+            finalizers: vec![PVC_AS_SOURCE.into()],
+            ..Default::default()
+        });
+    }
+    release_snapshot_controller_claims(&api, &states).await;
+    let mut gone = false;
+    for _ in 0..50 {
+        if api.get_opt("held").await.unwrap().is_none() {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        gone,
+        "the deleted claim held only by that finalizer is gone"
+    );
+    let live = api.get("live").await.unwrap();
+    assert!(
+        live.finalizers().iter().any(|f| f == PVC_AS_SOURCE),
+        "a live claim keeps it"
+    );
+    let _ = Api::<Namespace>::all(client)
+        .delete(&ns, &DeleteParams::default())
+        .await;
+}
