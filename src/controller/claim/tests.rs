@@ -1001,6 +1001,31 @@ fn deleted() -> PersistentVolumeClaim {
 
 const RELEASE: &str = PATCH_CLAIM;
 
+/// `claim` restoring from the snapshot `snap` (`kind` VolumeSnapshot), or
+/// cloning the claim `origin`.
+fn with_source(mut claim: PersistentVolumeClaim, kind: &str) -> PersistentVolumeClaim {
+    let (api_group, name) = match kind {
+        keys::SNAPSHOT_KIND => (Some(keys::SNAPSHOT_API_GROUP.to_string()), "snap"),
+        _ => (None, "origin"),
+    };
+    claim.spec.as_mut().unwrap().data_source =
+        Some(k8s_openapi::api::core::v1::TypedLocalObjectReference {
+            api_group,
+            kind: kind.into(),
+            name: name.into(),
+        });
+    claim
+}
+
+/// `value` with a deletion timestamp, and `finalizers`.
+fn going(mut value: Value, deleting: bool, finalizers: &[&str]) -> Value {
+    if deleting {
+        value["metadata"]["deletionTimestamp"] = json!("2026-12-06T19:24:54Z");
+    }
+    value["metadata"]["finalizers"] = json!(finalizers);
+    value
+}
+
 #[tokio::test]
 async fn every_answer_while_cleaning_up_a_deleted_claim() {
     let d = deleted();
@@ -1132,13 +1157,7 @@ async fn every_answer_while_cleaning_up_a_deleted_claim() {
 /// c-01973: intent from admission, deleted while its snapshot was not bound).
 #[tokio::test]
 async fn a_deleted_restore_claim_asks_for_its_volume_only_with_the_snapshots_handle() {
-    let mut d = deleted();
-    d.spec.as_mut().unwrap().data_source =
-        Some(k8s_openapi::api::core::v1::TypedLocalObjectReference {
-            api_group: Some("snapshot.storage.k8s.io".into()),
-            kind: "VolumeSnapshot".into(),
-            name: "snap".into(),
-        });
+    let d = with_source(deleted(), keys::SNAPSHOT_KIND);
     let ns = d.metadata.namespace.clone().unwrap();
     let unbound = Reply::Object(json!({"apiVersion": "snapshot.storage.k8s.io/v1",
         "kind": "VolumeSnapshot", "metadata": {"name": "snap", "namespace": ns},
@@ -1199,30 +1218,6 @@ async fn a_deleted_restore_claim_asks_for_its_volume_only_with_the_snapshots_han
             "{what}: no CreateVolume, no volume"
         );
     }
-}
-
-/// `claim` restoring from the snapshot `snap` (or, with `kind` "PersistentVolumeClaim", cloning the claim `origin`).
-fn with_source(mut claim: PersistentVolumeClaim, kind: &str) -> PersistentVolumeClaim {
-    let (api_group, name) = match kind {
-        "VolumeSnapshot" => (Some("snapshot.storage.k8s.io".to_string()), "snap"),
-        _ => (None, "origin"),
-    };
-    claim.spec.as_mut().unwrap().data_source =
-        Some(k8s_openapi::api::core::v1::TypedLocalObjectReference {
-            api_group,
-            kind: kind.into(),
-            name: name.into(),
-        });
-    claim
-}
-
-/// `value` with a deletion timestamp, and `finalizers`.
-fn going(mut value: Value, deleting: bool, finalizers: &[&str]) -> Value {
-    if deleting {
-        value["metadata"]["deletionTimestamp"] = json!("2026-12-06T19:24:54Z");
-    }
-    value["metadata"]["finalizers"] = json!(finalizers);
-    value
 }
 
 /// A deleted clone claim's cleanup asks the driver with its source volume
