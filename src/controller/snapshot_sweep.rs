@@ -59,12 +59,12 @@ async fn sweep(ctx: &Context) {
     {
         let namespace = snapshot.namespace().unwrap_or_default();
         let name = snapshot.name_any();
-        if snapshot_awaited(ctx, &namespace, &name, None) {
+        if snapshot_awaited(ctx, snapshot, None) {
             debug!(snapshot = %name, %namespace, "snapshot sweep: a pending claim restores from it");
             continue;
         }
         let api = Api::<VolumeSnapshot>::namespaced(ctx.client.clone(), &namespace);
-        match unprotect(&api, &name, keys::FINALIZER_SNAPSHOT_SOURCE).await {
+        match unprotect(&api, snapshot.clone(), keys::FINALIZER_SNAPSHOT_SOURCE).await {
             Ok(()) => {
                 info!(snapshot = %name, %namespace, "snapshot sweep: removed the source protection no claim needs")
             }

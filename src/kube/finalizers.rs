@@ -1,8 +1,10 @@
-//! Finalizer edits as strategic-merge patches (finalizers merge as a set, so
-//! concurrent edits by two replicas or other controllers never clobber each
-//! other) fenced on the object's UID: the patch carries `metadata.uid`, and the
-//! API server rejects it (422, UID is immutable) if the name now belongs to a
-//! different object. Both edits are idempotent.
+//! Finalizer edits of PVs as strategic-merge patches (finalizers merge as a
+//! set, so concurrent edits by two replicas or other controllers never clobber
+//! each other) fenced on the object's UID: the patch carries `metadata.uid`,
+//! and the API server rejects it (422, UID is immutable) if the name now
+//! belongs to a different object. Both edits are idempotent. Upstream's RBAC
+//! grants `patch` on PVs; claims and snapshots, where it grants `update`
+//! only, are edited with [`super::update`].
 
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};

@@ -1,5 +1,6 @@
 //! The small Kubernetes helpers the reconcilers need: authoritative reads,
-//! fenced finalizer patches, event recording, and the slim PV we cache.
+//! fenced finalizer patches (PVs) and updates (claims, snapshots), event
+//! recording, and the slim PV we cache.
 
 pub mod client;
 mod events;
@@ -11,6 +12,7 @@ pub mod reference_grant;
 pub mod slim;
 pub mod snapshot;
 pub mod throttle;
+pub mod update;
 pub mod watch;
 
 pub use events::EventRecorder;

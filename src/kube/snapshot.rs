@@ -1,29 +1,34 @@
 //! The two objects of the snapshot API (`snapshot.storage.k8s.io/v1`, CRDs
-//! of the external-snapshotter) that a restore reads, with only the fields it
+//! of the external-snapshotter) that a restore reads, with the fields it
 //! reads, and the source-protection finalizer edits on a VolumeSnapshot.
 //!
-//! Custom resources take no strategic-merge patches, so the finalizer edits
-//! are merge patches of the whole list fenced on the resourceVersion read with
-//! it: a concurrent edit makes them fail with a conflict (retried), never
-//! lost.
+//! The finalizer edits are updates (PUT) of the snapshot as read, as
+//! upstream makes them (its RBAC grants `update` on volumesnapshots, not
+//! `patch`): fenced on the resourceVersion read, so a concurrent edit makes
+//! them fail with a conflict, never lost. A VolumeSnapshot therefore keeps
+//! every field it was read with (its `spec` among them), not only the ones
+//! read here: a PUT without them would clear them.
 
 use std::borrow::Cow;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Patch, PatchParams};
+use kube::api::PostParams;
 use kube::core::NamespaceResourceScope;
 use kube::{Api, ResourceExt};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
-use super::{has_finalizer, is_not_found};
+use super::update;
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct VolumeSnapshot {
     pub metadata: ObjectMeta,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<VolumeSnapshotStatus>,
+    /// Everything else the API server sent (`apiVersion`, `kind`, `spec`),
+    /// kept as it came so that an update writes it back unchanged.
+    #[serde(flatten)]
+    pub rest: serde_json::Map<String, serde_json::Value>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -119,65 +124,74 @@ snapshot_resource!(
     kube::core::ClusterResourceScope
 );
 
-/// Adds `finalizer` to `snapshot` as read (fenced on its UID and
-/// resourceVersion). A snapshot being deleted takes no new finalizer: the API
-/// server refuses it, so a protected snapshot was protected before its
-/// deletion began.
+/// Adds `finalizer` to `snapshot` as read, in an update of that copy (fenced
+/// on its UID and resourceVersion: a conflict is returned, and the restore is
+/// tried again from a fresh read). A snapshot being deleted takes no new
+/// finalizer: the API server refuses it, so a protected snapshot was protected
+/// before its deletion began.
 pub async fn protect(
     api: &Api<VolumeSnapshot>,
     snapshot: &VolumeSnapshot,
     finalizer: &str,
 ) -> Result<(), kube::Error> {
-    if has_finalizer(snapshot, finalizer) {
+    let mut protected = snapshot.clone().typed();
+    if !update::add_finalizer(&mut protected, finalizer) {
         return Ok(());
     }
-    let mut finalizers = snapshot.finalizers().to_vec();
-    finalizers.push(finalizer.to_string());
-    patch_finalizers(api, snapshot, finalizers).await
+    protected.metadata.managed_fields = None;
+    api.replace(&snapshot.name_any(), &PostParams::default(), &protected)
+        .await
+        .map(|_| ())
 }
 
-/// Removes `finalizer` from the snapshot `name` as it is now; a snapshot that
-/// is gone or does not carry it needs nothing.
+/// Removes `finalizer` from `snapshot` (as read: an update of that copy; a
+/// conflict reads it again); a snapshot that is gone or does not carry it
+/// needs nothing.
 pub async fn unprotect(
     api: &Api<VolumeSnapshot>,
-    name: &str,
+    snapshot: VolumeSnapshot,
     finalizer: &str,
 ) -> Result<(), kube::Error> {
-    let snapshot = match api.get(name).await {
-        Ok(s) => s,
-        Err(e) if is_not_found(&e) => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    if !has_finalizer(&snapshot, finalizer) {
-        return Ok(());
-    }
-    let finalizers = snapshot
-        .finalizers()
-        .iter()
-        .filter(|f| *f != finalizer)
-        .cloned()
-        .collect();
-    match patch_finalizers(api, &snapshot, finalizers).await {
-        Err(e) if is_not_found(&e) => Ok(()),
-        other => other,
+    let (name, uid) = (snapshot.name_any(), snapshot.uid().unwrap_or_default());
+    update::edit(api, &name, &uid, Some(snapshot.typed()), |s| {
+        update::remove_finalizer(s, finalizer)
+    })
+    .await
+    .map(|_| ())
+}
+
+impl VolumeSnapshot {
+    /// The copy with its `apiVersion` and `kind`, which the body of an update
+    /// must carry (a listed item may come without them).
+    fn typed(mut self) -> VolumeSnapshot {
+        for (key, value) in [
+            ("apiVersion", "snapshot.storage.k8s.io/v1"),
+            ("kind", "VolumeSnapshot"),
+        ] {
+            self.rest.entry(key).or_insert_with(|| value.into());
+        }
+        self
     }
 }
 
-async fn patch_finalizers(
-    api: &Api<VolumeSnapshot>,
-    snapshot: &VolumeSnapshot,
-    finalizers: Vec<String>,
-) -> Result<(), kube::Error> {
-    let body = json!({"metadata": {
-        "uid": snapshot.uid(),
-        "resourceVersion": snapshot.resource_version(),
-        "finalizers": finalizers,
-    }});
-    api.patch(
-        &snapshot.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&body),
-    )
-    .await
-    .map(|_| ())
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_keeps_what_it_does_not_read_for_its_update() {
+        let json = serde_json::json!({
+            "apiVersion": "snapshot.storage.k8s.io/v1",
+            "kind": "VolumeSnapshot",
+            "metadata": {"name": "s", "namespace": "n", "uid": "u", "resourceVersion": "7"},
+            "spec": {
+                "source": {"persistentVolumeClaimName": "c"},
+                "volumeSnapshotClassName": "k"
+            },
+            "status": {"readyToUse": true, "restoreSize": "1Gi"}
+        });
+        let snapshot: VolumeSnapshot = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(snapshot.status.as_ref().unwrap().ready_to_use, Some(true));
+        assert_eq!(serde_json::to_value(&snapshot).unwrap(), json);
+    }
 }

@@ -13,10 +13,8 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use serde_json::json;
 use tonic::Code;
 use tracing::info;
 
@@ -25,7 +23,8 @@ use super::gather;
 use crate::controller::{Context, backend, bound_claim_uid};
 use crate::csi::classify;
 use crate::keys;
-use crate::kube::{get_fresh, is_not_found, remove_finalizer};
+use crate::kube::update::{self, Edited};
+use crate::kube::{get_fresh, is_not_found};
 use crate::provision::{self, ClaimView, Plan};
 
 pub async fn abandon(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Action, ClaimError> {
@@ -49,12 +48,13 @@ pub async fn abandon(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Ac
         return Ok(Action::await_change());
     }
     let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), view.namespace());
-    let Some(claim) = get_fresh(&api, view.name())
-        .await
-        .map_err(|source| ClaimError::Read {
-            what: "PersistentVolumeClaim",
-            source,
-        })?
+    let Some(mut claim) =
+        get_fresh(&api, view.name())
+            .await
+            .map_err(|source| ClaimError::Read {
+                what: "PersistentVolumeClaim",
+                source,
+            })?
     else {
         return Ok(Action::await_change());
     };
@@ -84,14 +84,16 @@ pub async fn abandon(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Ac
         },
     };
     if let Some(handle) = handle {
-        if recorded_handle(fresh).is_none() {
-            record_handle(ctx, &claim, &handle).await?;
+        if recorded_handle(ClaimView(&claim)).is_none()
+            && let Some(recorded) = record_handle(ctx, &claim, &handle).await?
+        {
+            claim = recorded;
         }
         let secret = plan.as_ref().and_then(|p| p.provisioner_secret());
         backend::delete_volume(ctx, &handle, secret, false)
             .await
             .map_err(|e| ClaimError::deleting(&handle, e))?;
-        info!(claim = %fresh.key(), volume = %handle, "deleted the volume of a claim deleted during provisioning");
+        info!(claim = %ClaimView(&claim).key(), volume = %handle, "deleted the volume of a claim deleted during provisioning");
     }
     ctx.claims.forget_created(uid);
     // No volume is being made from the claim's snapshot any more.
@@ -176,33 +178,45 @@ async fn find_volume(
     }
 }
 
-/// Records the handle of a deleted claim's volume on the claim (UID-fenced;
-/// annotations may still change on a claim that is being deleted).
+/// Records the handle of a deleted claim's volume on the claim (an update of the copy just read;
+/// annotations may still change on a claim that is being deleted). Returns the claim as written,
+/// for the release that follows; `None` if it is gone (the volume is deleted all the same).
 async fn record_handle(
     ctx: &Context,
     claim: &PersistentVolumeClaim,
     handle: &str,
-) -> Result<(), ClaimError> {
+) -> Result<Option<PersistentVolumeClaim>, ClaimError> {
     let view = ClaimView(claim);
-    let body = json!({"metadata": {"uid": view.uid(), "annotations": {keys::ANN_ABANDONED_HANDLE: handle}}});
-    Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), view.namespace())
-        .patch(view.name(), &PatchParams::default(), &Patch::Merge(&body))
-        .await
-        .map_err(|source| ClaimError::RecordHandle {
-            handle: handle.to_string(),
-            source,
-        })?;
-    Ok(())
+    let api = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), view.namespace());
+    let edited = update::edit(&api, view.name(), view.uid(), Some(claim.clone()), |c| {
+        let annotations = c.metadata.annotations.get_or_insert_default();
+        annotations.insert(keys::ANN_ABANDONED_HANDLE.to_string(), handle.to_string())
+            != Some(handle.to_string())
+    })
+    .await
+    .map_err(|source| ClaimError::RecordHandle {
+        handle: handle.to_string(),
+        source,
+    })?;
+    Ok(match edited {
+        Edited::Written(c) | Edited::Unchanged(c) => Some(c),
+        Edited::Gone => None,
+    })
 }
 
-/// Releases the intent at once (the abandon path finishes with it).
+/// Releases the intent at once (the abandon path finishes with it), starting from `claim`: the
+/// copy just read or written.
 async fn release_now(ctx: &Context, claim: &PersistentVolumeClaim) -> Result<(), ClaimError> {
     let view = ClaimView(claim);
     if !view.holds_intent() || ctx.claims.intent_released(view.uid()) {
         return Ok(());
     }
     let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), view.namespace());
-    match remove_finalizer(&api, claim, keys::FINALIZER_PVC_INTENT).await {
+    match update::edit(&api, view.name(), view.uid(), Some(claim.clone()), |c| {
+        update::remove_finalizer(c, keys::FINALIZER_PVC_INTENT)
+    })
+    .await
+    {
         Ok(_) => {}
         Err(e) if is_not_found(&e) || crate::kube::is_invalid(&e) => {}
         Err(e) => return Err(ClaimError::ReleaseIntent(e)),

@@ -19,11 +19,10 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
-use serde_json::json;
 use tracing::{debug, info, warn};
 
 use super::decide::still_creates;
@@ -34,7 +33,7 @@ use super::protect;
 use crate::controller::{Context, backend, bound_claim_uid};
 use crate::csi::{CsiErrorClass, classify, pb};
 use crate::keys;
-use crate::kube::{get_fresh, is_conflict};
+use crate::kube::{get_fresh, is_conflict, update};
 use crate::names::Reason;
 use crate::provision::{self, ClaimView, Plan, ProvisionError, migration};
 
@@ -204,29 +203,26 @@ enum Reschedule {
     DropIntent,
 }
 
-/// Lets the scheduler choose again: the selected node goes (UID-fenced). A
-/// failed write is logged: the failure that asked for it is what the claim
-/// shows, and its retry asks again.
+/// Lets the scheduler choose again: the selected node goes, in an update of the claim with this
+/// UID (as upstream's lib v13.1: a conflict reads the claim and tries again). A failed write is
+/// logged: the failure that asked for it is what the claim shows, and its retry asks again.
 async fn reschedule(ctx: &Context, claim: &PersistentVolumeClaim, why: Reschedule) {
     let view = ClaimView(claim);
-    let mut body =
-        json!({"metadata": {"uid": view.uid(), "annotations": {view.selected_node_key(): null}}});
-    if why == Reschedule::DropIntent {
-        body["metadata"]["$deleteFromPrimitiveList/finalizers"] =
-            json!([keys::FINALIZER_PVC_INTENT]);
-    }
-    match Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), view.namespace())
-        .patch(
-            view.name(),
-            &PatchParams::default(),
-            &Patch::Strategic(&body),
-        )
-        .await
-    {
-        Ok(_) => {}
-        Err(e) => {
-            warn!(claim = %view.key(), error = %e, "failed to send the claim back to the scheduler")
-        }
+    let api = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), view.namespace());
+    let edited = update::edit(&api, view.name(), view.uid(), Some(claim.clone()), |c| {
+        let key = ClaimView(c).selected_node_key().to_string();
+        let unselected = c
+            .metadata
+            .annotations
+            .as_mut()
+            .is_some_and(|a| a.remove(&key).is_some());
+        let released = why == Reschedule::DropIntent
+            && update::remove_finalizer(c, keys::FINALIZER_PVC_INTENT);
+        unselected || released
+    })
+    .await;
+    if let Err(e) = edited {
+        warn!(claim = %view.key(), error = %e, "failed to send the claim back to the scheduler")
     }
 }
 

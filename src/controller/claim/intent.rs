@@ -24,10 +24,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::api::{Patch, PatchParams};
+use kube::api::PostParams;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client};
-use serde_json::json;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
@@ -36,7 +35,8 @@ use super::memory::ClaimMemory;
 use crate::controller::Context;
 use crate::keys;
 use crate::kube::fresh::{Fresh, Freshness};
-use crate::kube::{get_fresh, is_conflict, is_invalid, is_not_found, remove_finalizer};
+use crate::kube::update;
+use crate::kube::{get_fresh, is_conflict, is_invalid, is_not_found};
 use crate::provision::ClaimView;
 
 /// What the API server said about the copy of the claim we decided on.
@@ -130,30 +130,25 @@ fn as_cached(ctx: &Context, decided: &PersistentVolumeClaim) -> Confirmed {
     }
 }
 
-/// Writes the intent on `cached`, fenced on its UID and resourceVersion.
+/// Writes the intent on `cached` with an `update` of that copy: the API server takes it only if
+/// the copy (its UID and resourceVersion) is the claim as it is now.
 pub async fn record(
     client: &Client,
     cached: &PersistentVolumeClaim,
 ) -> Result<Confirmed, ClaimError> {
     let view = ClaimView(cached);
     let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), view.namespace());
-    let body = json!({"metadata": {
-        "uid": view.uid(),
-        "resourceVersion": view.resource_version(),
-        "finalizers": [keys::FINALIZER_PVC_INTENT],
-    }});
+    let mut with_intent = cached.clone();
+    update::add_finalizer(&mut with_intent, keys::FINALIZER_PVC_INTENT);
+    with_intent.metadata.managed_fields = None;
     match api
-        .patch(
-            view.name(),
-            &PatchParams::default(),
-            &Patch::Strategic(&body),
-        )
+        .replace(view.name(), &PostParams::default(), &with_intent)
         .await
     {
-        // A write fenced on the resourceVersion succeeded: `cached` was
-        // current. When the intent was already there the patch changes
-        // nothing and is not written; its answer is then the claim as it is,
-        // which must be the very version we decided on.
+        // The copy was current. When the intent was there already the update changes nothing
+        // and is not written: its answer is then the claim as it is, which must be the very
+        // version we decided on (the API server checks the resourceVersion of a no-op update
+        // too; this guards the claim if it ever did not).
         Ok(fresh)
             if view.holds_intent()
                 && ClaimView(&fresh).resource_version() != view.resource_version() =>
@@ -173,7 +168,7 @@ pub async fn record(
                 _ => Ok(Confirmed::Gone),
             }
         }
-        // Re-created (UID), or being deleted (no new finalizers then).
+        // Being deleted (no new finalizers then), or gone.
         Err(e) if is_invalid(&e) || is_not_found(&e) => {
             debug!(claim = %view.key(), error = %e, "gone or going");
             Ok(Confirmed::Gone)
@@ -187,6 +182,9 @@ struct Release {
     namespace: String,
     name: String,
     uid: String,
+    /// The claim as the watch showed it bound (a whole copy: a claim holding the intent is not
+    /// trimmed), the start of the first try; a retry reads it fresh.
+    seen: Option<Box<PersistentVolumeClaim>>,
     /// Failed attempts so far, for the backoff between retries.
     failures: u32,
 }
@@ -228,6 +226,7 @@ impl IntentReleaser {
                         warn!(claim = %format!("{}/{}", r.namespace, r.name), error = %e, retry_in = ?delay, "releasing the intent failed");
                         let r = Release {
                             failures: r.failures.saturating_add(1),
+                            seen: None,
                             ..r
                         };
                         tokio::spawn(async move {
@@ -256,6 +255,7 @@ impl IntentReleaser {
             namespace: view.namespace().to_string(),
             name: view.name().to_string(),
             uid: view.uid().to_string(),
+            seen: Some(Box::new(claim.clone())),
             failures: 0,
         });
     }
@@ -267,17 +267,15 @@ fn tokio_stream_from<T: Send + 'static>(
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
-/// Removes the intent (UID-fenced; a claim without it or gone is fine).
+/// Removes the intent (an update of the claim with this UID; a claim without it, gone, or
+/// re-created under its name is fine).
 async fn release(client: &Client, r: &Release) -> Result<(), kube::Error> {
     debug!(claim = %format!("{}/{}", r.namespace, r.name), "releasing the intent");
     let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &r.namespace);
-    let mut claim = PersistentVolumeClaim::default();
-    claim.metadata.name = Some(r.name.clone());
-    claim.metadata.uid = Some(r.uid.clone());
-    match remove_finalizer(&api, &claim, keys::FINALIZER_PVC_INTENT).await {
-        Ok(_) => Ok(()),
-        // The name belongs to another claim now: ours is gone.
-        Err(e) if is_invalid(&e) => Ok(()),
-        Err(e) => Err(e),
-    }
+    let seen = r.seen.as_deref().cloned();
+    update::edit(&api, &r.name, &r.uid, seen, |c| {
+        update::remove_finalizer(c, keys::FINALIZER_PVC_INTENT)
+    })
+    .await
+    .map(|_| ())
 }

@@ -7,11 +7,10 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Patch, PatchParams};
+use kube::api::PostParams;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
-use serde_json::json;
 use tracing::{debug, info};
 
 use super::ClaimMemory;
@@ -35,7 +34,8 @@ fn race_delay(node: &NodeMode, races: &ClaimMemory, uid: &str) -> Duration {
 
 /// Races for an Immediate claim: waits this node's delay, giving up as soon
 /// as the cache shows that another node took the claim, then writes this
-/// node as the selected node, fenced on the claim's resourceVersion. A
+/// node as the selected node in an update of the copy last seen (fenced on
+/// its resourceVersion). A
 /// conflict means the claim changed (usually: another node won): the claim
 /// is looked at again. The winner's claim comes back through the watch with
 /// the annotation and is provisioned as [`NodeGate::ThisNode`].
@@ -51,7 +51,7 @@ pub async fn race(
     let poll = (node.base_delay / 100).max(Duration::from_millis(10));
     let until = Instant::now() + delay;
     let key = ObjectRef::new(view.name()).within(view.namespace());
-    let resource_version = loop {
+    let seen = loop {
         let seen = match ctx.caches.claims.get(&key) {
             Some(cached) if cached.0.uid() == claim.uid() => {
                 let now = ClaimView(&cached.0);
@@ -66,7 +66,7 @@ pub async fn race(
                     ctx.claims.reset_races(view.uid());
                     return Ok(Action::await_change());
                 }
-                cached.0.resource_version()
+                cached
             }
             // Deleted, another claim of that name now, or bound (and so
             // left out of the cache).
@@ -90,15 +90,17 @@ pub async fn race(
             debug!(claim = %view.key(), code = ?status.code(), message = status.message(), "capacity check failed: taking the claim anyway")
         }
     }
+    // An update of the copy last seen: fenced on its resourceVersion by itself.
     let api = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), view.namespace());
-    let patch = json!({
-        "metadata": {
-            "resourceVersion": resource_version,
-            "annotations": { keys::ANN_SELECTED_NODE: node.name },
-        }
-    });
+    let mut taken = seen.0.clone();
+    taken
+        .metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(keys::ANN_SELECTED_NODE.into(), node.name.clone());
+    taken.metadata.managed_fields = None;
     match api
-        .patch(view.name(), &PatchParams::default(), &Patch::Merge(&patch))
+        .replace(view.name(), &PostParams::default(), &taken)
         .await
     {
         Ok(_) => {
