@@ -57,21 +57,16 @@ pub fn content_source(
         .and_then(|s| s.snapshot_handle.clone())
         .ok_or_else(|| format!("snapshot handle {name} is not available"))?;
     let view = ClaimView(claim);
-    if let Some(restore) = &status.restore_size {
-        let requested = view.requested_storage().ok_or_else(|| {
-            format!(
-                "error getting capacity for PVC {} when creating snapshot {name}",
-                view.name()
-            )
-        })?;
-        // Malformed sizes are refused by the API server; 0 as Go's zero value.
-        let want = quantity::parse_bytes(requested).unwrap_or_default();
-        let have = quantity::parse_bytes(&restore.0).unwrap_or_default();
-        if want < have {
-            return Err(format!(
-                "requested volume size {want} is less than the size {have} for the source snapshot {name}"
-            ));
-        }
+    if status.restore_size.is_some() && view.requested_storage().is_none() {
+        return Err(format!(
+            "error getting capacity for PVC {} when creating snapshot {name}",
+            view.name()
+        ));
+    }
+    if let Some((want, have)) = smaller_than_snapshot(claim, snapshot) {
+        return Err(format!(
+            "requested volume size {want} is less than the size {have} for the source snapshot {name}"
+        ));
     }
     if prevent_volume_mode_conversion {
         let claim_mode = claim.spec.as_ref().and_then(|s| s.volume_mode.as_deref());
@@ -83,6 +78,22 @@ pub fn content_source(
         }
     }
     Ok(from_handle(handle))
+}
+
+/// The claim's requested size and the snapshot's `restoreSize` when the claim asks for less:
+/// a refusal no retry can lift (an unbound claim's spec cannot change, nor a ready snapshot's
+/// size), so no `CreateVolume` restoring this claim from this snapshot was ever sent or ever will
+/// be (every create makes this check first).
+pub fn smaller_than_snapshot(
+    claim: &PersistentVolumeClaim,
+    snapshot: &VolumeSnapshot,
+) -> Option<(i64, i64)> {
+    let restore = snapshot.status.as_ref()?.restore_size.as_ref()?;
+    let requested = ClaimView(claim).requested_storage()?;
+    // Malformed sizes are refused by the API server; 0 as Go's zero value.
+    let want = quantity::parse_bytes(requested).unwrap_or_default();
+    let have = quantity::parse_bytes(&restore.0).unwrap_or_default();
+    (want < have).then_some((want, have))
 }
 
 /// The content source that restores the backend snapshot `handle`.
@@ -159,6 +170,7 @@ mod tests {
                 ready_to_use: Some(true),
                 restore_size: Some(Quantity("1Gi".into())),
             }),
+            ..Default::default()
         }
     }
 

@@ -5,7 +5,7 @@
 //! upstream: pkg/controller/topology.go GenerateAccessibilityRequirements.
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::TopologySelectorTerm;
 
@@ -50,19 +50,34 @@ pub fn needs_cluster_topology(
     !(uses_node_only || has_allowed) && (has_selected || immediate)
 }
 
-/// The distinct topology key sets the driver registered on the cluster's
-/// nodes (each CSINode's keys for the driver), each sorted, in sorted order,
-/// whatever order the CSINodes were listed in. Nodes need not register the
-/// same keys: part of a cluster may register a finer granularity (region on
-/// some nodes, region and zone on others; upstream #1589).
-pub fn registered_key_sets<I>(per_node: I) -> Vec<Vec<String>>
+/// What the driver registered on each node: node name → the topology keys
+/// of its CSINode entry for the driver. Nodes where the driver is not, or
+/// has registered no key yet (still rolling out), are left out: the driver
+/// has said nothing of their topology.
+/// The keys keep their CSINode order (an error message lists them so).
+pub type Registered = BTreeMap<String, Vec<String>>;
+
+/// [`Registered`] from each CSINode's name and keys for the driver.
+pub fn registered<I>(per_node: I) -> Registered
 where
-    I: IntoIterator<Item = Vec<String>>,
+    I: IntoIterator<Item = (String, Vec<String>)>,
 {
-    let sets: std::collections::BTreeSet<Vec<String>> = per_node
+    per_node
         .into_iter()
-        .filter(|keys| !keys.is_empty())
-        .map(|mut keys| {
+        .filter(|(_, keys)| !keys.is_empty())
+        .collect()
+}
+
+/// The distinct topology key sets the driver registered on the cluster's
+/// nodes, each sorted, in sorted order, whatever order the CSINodes were
+/// listed in. Nodes need not register the same keys: part of a cluster may
+/// register a finer granularity (region on some nodes, region and zone on
+/// others; upstream #1589, v6.4 `distinctTopologyKeySets`).
+pub fn registered_key_sets(registered: &Registered) -> Vec<Vec<String>> {
+    let sets: BTreeSet<Vec<String>> = registered
+        .values()
+        .map(|keys| {
+            let mut keys = keys.clone();
             keys.sort();
             keys.dedup();
             keys
@@ -71,20 +86,27 @@ where
     sets.into_iter().collect()
 }
 
-/// The cluster's topology for one key set: one term per node that carries
-/// every key of the set (its values for those keys), sorted and without
-/// repeats, so that neither the order nodes are listed in nor their number
-/// per term changes it.
-pub fn terms_for_keys<'a, I>(keys: &[String], node_labels: I) -> Vec<Segments>
+/// The cluster's topology for one key set: one term per node whose driver
+/// registered every key of the set (a node that merely carries the labels is
+/// left out: the driver may be told only topology it reported; v6.4
+/// `aggregateTopologiesForKeys`) and that carries a label for each, with its
+/// values for those keys; sorted and without repeats, so that neither the
+/// order nodes are listed in nor their number per term changes it.
+pub fn terms_for_keys<'a, I>(keys: &[String], registered: &Registered, nodes: I) -> Vec<Segments>
 where
-    I: IntoIterator<Item = &'a BTreeMap<String, String>>,
+    I: IntoIterator<Item = (&'a str, &'a BTreeMap<String, String>)>,
 {
     if keys.is_empty() {
         return Vec::new();
     }
-    let terms: std::collections::BTreeSet<Segments> = node_labels
+    let terms: BTreeSet<Segments> = nodes
         .into_iter()
-        .filter_map(|labels| {
+        .filter(|(name, _)| {
+            registered
+                .get(*name)
+                .is_some_and(|r| keys.iter().all(|k| r.contains(k)))
+        })
+        .filter_map(|(_, labels)| {
             keys.iter()
                 .map(|k| labels.get(k).map(|v| (k.clone(), v.clone())))
                 .collect::<Option<Segments>>()
@@ -93,6 +115,12 @@ where
     let mut terms: Vec<Segments> = terms.into_iter().collect();
     terms.sort_by(compare_terms);
     terms
+}
+
+/// A list of strings as Go's `%v` prints it: `[a b]`.
+pub fn go_list<S: AsRef<str>>(items: &[S]) -> String {
+    let items: Vec<&str> = items.iter().map(AsRef::as_ref).collect();
+    format!("[{}]", items.join(" "))
 }
 
 /// The segments of the selected node for its driver's topology keys.
@@ -443,34 +471,44 @@ mod tests {
     }
 
     /// A cluster whose nodes register different key sets for the driver
-    /// (upstream #1589): (CSINode keys, Node labels) per node.
-    fn mixed_cluster() -> Vec<(Vec<String>, Segments)> {
+    /// (upstream #1589): (node name, CSINode keys, Node labels) per node.
+    fn mixed_cluster() -> Vec<(String, Vec<String>, Segments)> {
         let keys = |k: &[&str]| k.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         vec![
-            (keys(&["region"]), seg(&[("region", "r1")])),
+            ("n1".into(), keys(&["region"]), seg(&[("region", "r1")])),
             (
+                "n2".into(),
                 keys(&["zone", "region"]),
                 seg(&[("region", "r1"), ("zone", "a")]),
             ),
             (
+                "n3".into(),
                 keys(&["region", "zone"]),
                 seg(&[("region", "r2"), ("zone", "b")]),
             ),
-            (keys(&[]), seg(&[("region", "r3")])),
-            (keys(&["region"]), seg(&[("region", "r4"), ("zone", "c")])),
+            // The driver registered no key here yet: left out.
+            ("n4".into(), keys(&[]), seg(&[("region", "r3")])),
+            // The labels of a zone the driver did not register here: only its region counts.
+            (
+                "n5".into(),
+                keys(&["region"]),
+                seg(&[("region", "r4"), ("zone", "c")]),
+            ),
         ]
     }
 
     /// What the claim path computes for an Immediate claim from the nodes
     /// in the order given.
     fn immediate_requirements(
-        nodes: &[(Vec<String>, Segments)],
+        nodes: &[(String, Vec<String>, Segments)],
         claim: &str,
     ) -> pb::TopologyRequirement {
-        let sets = registered_key_sets(nodes.iter().map(|(k, _)| k.clone()));
-        let cluster: Vec<Segments> = sets
+        let reg = registered(nodes.iter().map(|(n, k, _)| (n.clone(), k.clone())));
+        let cluster: Vec<Segments> = registered_key_sets(&reg)
             .iter()
-            .flat_map(|set| terms_for_keys(set, nodes.iter().map(|(_, l)| l)))
+            .flat_map(|set| {
+                terms_for_keys(set, &reg, nodes.iter().map(|(n, _, l)| (n.as_str(), l)))
+            })
             .collect();
         let mut i = inputs(None, &[], &cluster);
         i.claim_name = claim;
@@ -480,9 +518,9 @@ mod tests {
     #[test]
     fn key_sets_are_the_same_whatever_order_csinodes_come_in() {
         for order in permutations(&mixed_cluster()) {
-            let sets = registered_key_sets(order.into_iter().map(|(k, _)| k));
+            let reg = registered(order.into_iter().map(|(n, k, _)| (n, k)));
             assert_eq!(
-                sets,
+                registered_key_sets(&reg),
                 vec![
                     vec!["region".to_string()],
                     vec!["region".to_string(), "zone".to_string()]
@@ -501,28 +539,54 @@ mod tests {
             }
         }
         let r = immediate_requirements(&nodes, "data");
-        // Every key set contributes: region-only nodes are not dropped for
-        // the finer ones, nor is the zone erased where nodes register it.
+        // Every key set contributes, from the nodes that registered it (a finer registration
+        // covers a coarser set): region-only nodes are not dropped for the finer ones, nor is
+        // the zone erased where nodes register it; n4 (nothing registered) and n5's zone (not
+        // registered there) are left out, as v6.4 leaves them out.
         assert_eq!(
             segs(&r.requisite),
             vec![
                 seg(&[("region", "r1")]),
                 seg(&[("region", "r2")]),
-                seg(&[("region", "r3")]),
                 seg(&[("region", "r4")]),
                 seg(&[("region", "r1"), ("zone", "a")]),
                 seg(&[("region", "r2"), ("zone", "b")]),
-                seg(&[("region", "r4"), ("zone", "c")]),
             ]
         );
     }
 
     #[test]
-    fn a_key_set_no_node_fully_carries_gives_no_terms() {
+    fn a_key_set_no_registered_node_fully_carries_gives_no_terms() {
         let keys = vec!["region".to_string(), "zone".to_string()];
-        let labels = [seg(&[("region", "r1")]), seg(&[("zone", "a")])];
-        assert!(terms_for_keys(&keys, labels.iter()).is_empty());
-        assert!(terms_for_keys(&[], labels.iter()).is_empty());
+        let labels = [
+            ("a".to_string(), seg(&[("region", "r1")])),
+            ("b".to_string(), seg(&[("zone", "a")])),
+            ("c".to_string(), seg(&[("region", "r1"), ("zone", "a")])),
+        ];
+        let nodes = || labels.iter().map(|(n, l)| (n.as_str(), l));
+        let all = registered(labels.iter().map(|(n, _)| (n.clone(), keys.clone())));
+        assert_eq!(
+            terms_for_keys(&keys, &all, nodes()).len(),
+            1,
+            "c carries both"
+        );
+        let none_on_c = registered(
+            labels
+                .iter()
+                .filter(|(n, _)| n != "c")
+                .map(|(n, _)| (n.clone(), keys.clone())),
+        );
+        assert!(
+            terms_for_keys(&keys, &none_on_c, nodes()).is_empty(),
+            "c registered nothing"
+        );
+        assert!(terms_for_keys(&[], &all, nodes()).is_empty());
+    }
+
+    #[test]
+    fn go_lists_print_as_go_does() {
+        assert_eq!(go_list(&["region", "zone"]), "[region zone]");
+        assert_eq!(go_list::<&str>(&[]), "[]");
     }
 
     #[test]

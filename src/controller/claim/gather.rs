@@ -117,7 +117,7 @@ pub async fn for_cleanup(
     plan: &Plan,
 ) -> Result<Option<pb::CreateVolumeRequest>, ClaimError> {
     let content_source = match (&plan.snapshot, &plan.clone) {
-        (Some(source), _) => match snapshot_handle(ctx, source).await? {
+        (Some(source), _) => match snapshot_handle(ctx, claim, source).await? {
             Some((handle, held)) if protect::hold_for_cleanup(ctx, &held).await? => {
                 Some(provision::snapshot::from_handle(handle))
             }
@@ -149,10 +149,11 @@ pub async fn for_cleanup(
 }
 
 /// The handle of the snapshot a restore was made from, and the snapshot as
-/// read: `None` when the snapshot or its content is gone or has none (no
-/// restore was sent).
+/// read: `None` when the snapshot or its content is gone or has none, or the
+/// claim asks for less than the snapshot holds (no restore was sent).
 async fn snapshot_handle(
     ctx: &Context,
+    claim: &PersistentVolumeClaim,
     source: &SnapshotSource,
 ) -> Result<Option<(String, protect::Source)>, ClaimError> {
     let unreadable = |e: kube::Error| ClaimError::DataSource {
@@ -164,7 +165,10 @@ async fn snapshot_handle(
     let snapshot = get_fresh(&snapshots, &source.name)
         .await
         .map_err(unreadable)?;
-    let Some(snapshot) = snapshot else {
+    // No create of a claim that asks for less than the snapshot holds was ever sent.
+    let Some(snapshot) =
+        snapshot.filter(|s| provision::snapshot::smaller_than_snapshot(claim, s).is_none())
+    else {
         return Ok(None);
     };
     let Some(content) = snapshot
@@ -438,23 +442,39 @@ async fn topology(
             claim_name: &name,
         })?);
     }
-    let selected = match ClaimView(claim).selected_node() {
-        Some(name) => Some(selected_node(ctx, name).await?),
-        None => None,
-    };
-    let cluster = if topo::needs_cluster_topology(
+    let selected_name = ClaimView(claim).selected_node();
+    let csinodes = if topo::needs_cluster_topology(
         opts.strict_topology,
-        selected.is_some(),
+        selected_name.is_some(),
         !allowed.is_empty(),
         opts.immediate_topology,
     ) {
-        let key_sets = match &selected {
-            Some(s) => vec![s.keys.clone()],
-            None => registered_key_sets(ctx).await?,
-        };
-        cluster_terms(ctx, &key_sets).await?
+        Some(list_csinodes(ctx).await?)
     } else {
-        Vec::new()
+        None
+    };
+    let selected = match selected_name {
+        Some(name) => Some(selected_node(ctx, name, csinodes.as_deref()).await?),
+        None => None,
+    };
+    // The selected node's own problems first, as upstream finds them (no keys registered there,
+    // labels missing a key), before the rest of the cluster is looked at.
+    if let Some(node) = &selected {
+        topo::selected_segments(node)?;
+    }
+    let cluster = match &csinodes {
+        Some(listed) => {
+            let registered = topo::registered(listed.iter().cloned());
+            let key_sets = match &selected {
+                Some(s) => vec![s.keys.clone()],
+                None => topo::registered_key_sets(&registered),
+            };
+            if key_sets.is_empty() {
+                return Err(ProvisionError::Topology("no available topology found".into()).into());
+            }
+            cluster_terms(ctx, &key_sets, &registered, selected.is_none()).await?
+        }
+        None => Vec::new(),
     };
     Ok(topo::requirements(&TopologyInputs {
         selected: selected.as_ref(),
@@ -466,14 +486,27 @@ async fn topology(
     })?)
 }
 
-async fn selected_node(ctx: &Context, name: &str) -> Result<SelectedNode, TopologyError> {
-    let csinode = get_fresh(&Api::<CSINode>::all(ctx.client.clone()), name)
-        .await?
-        .ok_or_else(|| TopologyError::SelectedNodeGone(name.to_string()))?;
+/// The selected node's keys for our driver (from the CSINodes when they were listed, else its
+/// own CSINode) and its labels.
+async fn selected_node(
+    ctx: &Context,
+    name: &str,
+    csinodes: Option<&[(String, Vec<String>)]>,
+) -> Result<SelectedNode, TopologyError> {
+    let keys = match csinodes {
+        Some(listed) => listed
+            .iter()
+            .find(|(node, _)| node == name)
+            .map(|(_, keys)| keys.clone()),
+        None => get_fresh(&Api::<CSINode>::all(ctx.client.clone()), name)
+            .await?
+            .map(|csinode| driver_keys(&csinode, &ctx.driver.name)),
+    }
+    .ok_or_else(|| TopologyError::SelectedNodeGone(name.to_string()))?;
     let node = get_fresh(&Api::<Node>::all(ctx.client.clone()), name).await?;
     Ok(SelectedNode {
         name: name.to_string(),
-        keys: driver_keys(&csinode, &ctx.driver.name),
+        keys,
         labels: node.map(|n| n.labels().clone()).unwrap_or_default(),
     })
 }
@@ -488,30 +521,27 @@ fn driver_keys(csinode: &CSINode, driver: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Every distinct key set our driver registered on a node (Immediate
-/// binding), in sorted order: the same for the same cluster whatever order the
-/// CSINodes are listed in (upstream #1589 picked one node's keys at random).
-async fn registered_key_sets(ctx: &Context) -> Result<Vec<Vec<String>>, TopologyError> {
+/// Every CSINode's name and our driver's keys on it (none where the driver is not registered).
+async fn list_csinodes(ctx: &Context) -> Result<Vec<(String, Vec<String>)>, TopologyError> {
     let csinodes = Api::<CSINode>::all(ctx.client.clone())
         .list(&ListParams::default())
         .await?;
-    let sets = topo::registered_key_sets(
-        csinodes
-            .items
-            .iter()
-            .map(|c| driver_keys(c, &ctx.driver.name)),
-    );
-    if sets.is_empty() {
-        return Err(ProvisionError::Topology("no available topology found".into()).into());
-    }
-    Ok(sets)
+    Ok(csinodes
+        .items
+        .iter()
+        .map(|c| (c.name_any(), driver_keys(c, &ctx.driver.name)))
+        .collect())
 }
 
-/// The cluster's terms for each key set: the nodes carrying every key of a set
-/// (listed by label, metadata only) each give their values for it.
+/// The cluster's terms for each key set: the nodes carrying every key of a set (listed by
+/// label, metadata only) whose driver registered those keys each give their values for it.
+/// `sets` says how upstream names the keys in its error: every set (Immediate) or the selected
+/// node's.
 async fn cluster_terms(
     ctx: &Context,
     key_sets: &[Vec<String>],
+    registered: &topo::Registered,
+    sets: bool,
 ) -> Result<Vec<Segments>, TopologyError> {
     let nodes = Api::<Node>::all(ctx.client.clone());
     let mut terms = Vec::new();
@@ -520,13 +550,19 @@ async fn cluster_terms(
         let listed = nodes.list_metadata(&lp).await?;
         terms.extend(topo::terms_for_keys(
             keys,
-            listed.items.iter().map(|n| n.labels()),
+            registered,
+            listed
+                .items
+                .iter()
+                .map(|n| (n.metadata.name.as_deref().unwrap_or_default(), n.labels())),
         ));
     }
-    if terms.is_empty() && key_sets.iter().any(|k| !k.is_empty()) {
-        let keys = match key_sets {
-            [one] => format!("{one:?}"),
-            many => format!("{many:?}"),
+    if terms.is_empty() {
+        let keys = if sets {
+            let each: Vec<String> = key_sets.iter().map(|k| topo::go_list(k)).collect();
+            topo::go_list(&each)
+        } else {
+            topo::go_list(key_sets.first().map(Vec::as_slice).unwrap_or_default())
         };
         return Err(ProvisionError::Topology(format!(
             "topologyKeys {keys} were not found on any nodes"

@@ -13,9 +13,9 @@ use super::error::ClaimError;
 use crate::controller::Context;
 use crate::keys;
 use crate::kube::snapshot::{self, VolumeSnapshot};
-use crate::kube::{add_finalizer, has_finalizer, remove_finalizer};
+use crate::kube::{get_fresh, has_finalizer, update};
 use crate::provision::ClaimView;
-use crate::provision::snapshot::SnapshotSource;
+use crate::provision::snapshot::{SnapshotSource, smaller_than_snapshot};
 
 /// A source as read for the request, to be protected before `CreateVolume`.
 pub enum Source {
@@ -66,49 +66,67 @@ pub async fn protect(ctx: &Context, source: &Source) -> Result<(), ClaimError> {
             snapshot::protect(&api, s, keys::FINALIZER_SNAPSHOT_SOURCE).await
         }
         Source::Claim(c) if ClaimView(c).has_finalizer(keys::FINALIZER_CLONE_SOURCE) => Ok(()),
+        // An update of the claim as read (a conflict reads it again); a claim
+        // being deleted takes no new finalizer.
         Source::Claim(c) => {
-            let api = Api::<PersistentVolumeClaim>::namespaced(
-                ctx.client.clone(),
-                ClaimView(c).namespace(),
-            );
-            add_finalizer(&api, c, keys::FINALIZER_CLONE_SOURCE)
-                .await
-                .map(|_| ())
+            let view = ClaimView(c);
+            let api =
+                Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), view.namespace());
+            update::edit(
+                &api,
+                view.name(),
+                view.uid(),
+                Some(c.as_ref().clone()),
+                |c| update::add_finalizer(c, keys::FINALIZER_CLONE_SOURCE),
+            )
+            .await
+            .map(|_| ())
         }
     };
     result.map_err(ClaimError::ProtectSource)
 }
 
-/// Whether a claim other than `except` still waits to be restored from the
-/// snapshot: pending in the claim cache, and neither saved nor cleaned up by
-/// this process (the cache may not show that yet). The cache shows every
-/// claim this process works on, so a claim that may be sending a restore is
-/// never missed; a claim it shows late keeps the protection a while longer,
-/// for the sweep.
-pub fn snapshot_awaited(ctx: &Context, namespace: &str, name: &str, except: Option<&str>) -> bool {
+/// Whether a claim other than `except` may still send a `CreateVolume` restoring from
+/// `snapshot`: pending in the claim cache, neither saved nor cleaned up by this process (the cache
+/// may not show that yet), and not asking for less than the snapshot's `restoreSize` — such a
+/// claim is refused before any create, for good, and must not pin the snapshot while it exists.
+/// The cache shows every claim this process works on, so a claim that may be sending a restore is
+/// never missed; a claim it shows late keeps the protection a while longer, for the sweep.
+pub fn snapshot_awaited(ctx: &Context, snapshot: &VolumeSnapshot, except: Option<&str>) -> bool {
+    let namespace = snapshot.namespace().unwrap_or_default();
+    let name = snapshot.name_any();
     ctx.caches.claims.state().iter().any(|c| {
         let claim = ClaimView(&c.0);
         let uid = claim.uid();
         Some(uid) != except
-            && claim.waits_for(keys::SNAPSHOT_KIND, namespace, name)
+            && claim.waits_for(keys::SNAPSHOT_KIND, &namespace, &name)
             && !ctx.claims.pv_saved(uid)
             && !ctx.claims.intent_released(uid)
+            && smaller_than_snapshot(&c.0, snapshot).is_none()
     })
 }
 
 /// Lets the snapshot go once the volume of `claim` made from it is saved (or
-/// the deleted claim is cleaned up), unless another claim still waits to be
-/// restored from it: that claim's `CreateVolume` may be on its way, and
-/// without the protection the snapshot could go under it. The last claim
-/// done lets it go, or the orphan sweep. Best effort: the sweep also removes
-/// a finalizer left behind by a failed removal.
+/// the deleted claim is cleaned up), unless another claim may still restore
+/// from it ([`snapshot_awaited`]): that claim's `CreateVolume` may be on its
+/// way, and without the protection the snapshot could go under it. The last
+/// claim done lets it go, or the orphan sweep. Best effort: the sweep also
+/// removes a finalizer left behind by a failed removal.
 pub async fn release_snapshot(ctx: &Context, source: &SnapshotSource, claim: &str) {
-    if snapshot_awaited(ctx, &source.namespace, &source.name, Some(claim)) {
+    let api = Api::<VolumeSnapshot>::namespaced(ctx.client.clone(), &source.namespace);
+    let snapshot = match get_fresh(&api, &source.name).await {
+        Ok(Some(s)) if has_finalizer(&s, keys::FINALIZER_SNAPSHOT_SOURCE) => s,
+        Ok(_) => return,
+        Err(e) => {
+            warn!(snapshot = %source.name, error = %e, "failed to read the snapshot to remove its source-protection finalizer");
+            return;
+        }
+    };
+    if snapshot_awaited(ctx, &snapshot, Some(claim)) {
         debug!(snapshot = %source.name, "another claim restores from it: keeping its protection");
         return;
     }
-    let api = Api::<VolumeSnapshot>::namespaced(ctx.client.clone(), &source.namespace);
-    if let Err(e) = snapshot::unprotect(&api, &source.name, keys::FINALIZER_SNAPSHOT_SOURCE).await {
+    if let Err(e) = snapshot::unprotect(&api, snapshot, keys::FINALIZER_SNAPSHOT_SOURCE).await {
         warn!(snapshot = %source.name, error = %e, "failed to remove the source-protection finalizer");
     }
 }
@@ -137,13 +155,16 @@ pub async fn release_clone_source(
         .acquire()
         .await
         .expect("the semaphore is never closed");
+    // The cached copy of a bound claim is trimmed: the update starts from a fresh read.
     let api = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), view.namespace());
-    remove_finalizer(&api, claim, keys::FINALIZER_CLONE_SOURCE)
-        .await
-        .map_err(|source| ClaimError::Read {
-            what: "PersistentVolumeClaim (removing the cloning protection)",
-            source,
-        })?;
+    update::edit(&api, view.name(), view.uid(), None, |c| {
+        update::remove_finalizer(c, keys::FINALIZER_CLONE_SOURCE)
+    })
+    .await
+    .map_err(|source| ClaimError::Read {
+        what: "PersistentVolumeClaim (removing the cloning protection)",
+        source,
+    })?;
     info!(claim = %view.key(), "no pending clone: removed the cloning protection");
     Ok(Action::await_change())
 }

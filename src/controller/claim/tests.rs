@@ -45,7 +45,7 @@ enum Reply {
     Lost,
 }
 
-/// One expected request (`"PATCH persistentvolumeclaims/data"`) and its answer.
+/// One expected request (`"PUT persistentvolumeclaims/data"`) and its answer.
 type Step = (&'static str, Reply);
 
 #[derive(Default)]
@@ -353,7 +353,8 @@ impl Rig {
     }
 }
 
-const PATCH_CLAIM: &str = "PATCH persistentvolumeclaims/data";
+const PUT_CLAIM: &str = "PUT persistentvolumeclaims/data";
+const PUT_SNAPSHOT: &str = "PUT volumesnapshots/snap";
 const GET_CLAIM: &str = "GET persistentvolumeclaims/data";
 
 fn post_pv() -> &'static str {
@@ -421,7 +422,7 @@ fn requeue_of(action: &Action) -> Option<Duration> {
 async fn a_claim_costs_the_fenced_intent_and_the_pv_and_nothing_else() {
     let c = claim();
     let rig = Rig::basic(vec![
-        (PATCH_CLAIM, answer(&c, "8")),
+        (PUT_CLAIM, answer(&c, "8")),
         (post_pv(), created_pv()),
     ])
     .await;
@@ -441,7 +442,7 @@ async fn the_fenced_write_is_made_even_when_the_cached_copy_shows_the_intent() {
     let c = ClaimFixture::ours().intent().0;
     let rig = Rig::basic(vec![
         // A no-op write answers the claim unchanged: the same version.
-        (PATCH_CLAIM, answer(&c, "7")),
+        (PUT_CLAIM, answer(&c, "7")),
         (post_pv(), created_pv()),
     ])
     .await;
@@ -461,8 +462,8 @@ async fn a_cached_copy_with_the_intent_but_an_older_version_is_read_again() {
     let rig = Rig::basic(vec![
         // The intent was there already, so nothing was written, and the
         // answer is a newer version than the one decided on: decide again.
-        (PATCH_CLAIM, answer(&c, "9")),
-        (PATCH_CLAIM, answer(&fresh, "9")),
+        (PUT_CLAIM, answer(&c, "9")),
+        (PUT_CLAIM, answer(&fresh, "9")),
         (post_pv(), created_pv()),
     ])
     .await;
@@ -508,7 +509,7 @@ async fn every_answer_to_the_intent_write() {
             Reply::Status(409),
             vec![
                 (GET_CLAIM, claim_object(&newer)),
-                (PATCH_CLAIM, answer(&newer, "9")),
+                (PUT_CLAIM, answer(&newer, "9")),
                 (post_pv(), created_pv()),
             ],
             1,
@@ -539,7 +540,7 @@ async fn every_answer_to_the_intent_write() {
         ),
     ];
     for (reply, then, creates, ok, what) in rows {
-        let rig = Rig::basic(vec![(PATCH_CLAIM, reply)]).await;
+        let rig = Rig::basic(vec![(PUT_CLAIM, reply)]).await;
         rig.then(then);
         let r = rig.provision(&c).await;
         assert_eq!(r.is_ok(), ok, "{what}: {r:?}");
@@ -597,7 +598,7 @@ async fn every_answer_to_the_pv_save() {
         (Reply::Lost, vec![], false, false, "lost: save again"),
     ];
     for (reply, then, ok, succeeded, what) in rows {
-        let rig = Rig::basic(vec![(PATCH_CLAIM, answer(&c, "8")), (post_pv(), reply)]).await;
+        let rig = Rig::basic(vec![(PUT_CLAIM, answer(&c, "8")), (post_pv(), reply)]).await;
         rig.then(then);
         let r = rig.provision(&c).await;
         assert_eq!(r.is_ok(), ok, "{what}: {r:?}");
@@ -615,16 +616,12 @@ async fn every_answer_to_the_pv_save() {
 #[tokio::test]
 async fn a_failed_save_is_retried_without_a_second_create_volume() {
     let c = claim();
-    let rig = Rig::basic(vec![
-        (PATCH_CLAIM, answer(&c, "8")),
-        (post_pv(), Reply::Lost),
-    ])
-    .await;
+    let rig = Rig::basic(vec![(PUT_CLAIM, answer(&c, "8")), (post_pv(), Reply::Lost)]).await;
     assert!(rig.provision(&c).await.is_err());
     // The lost response had saved it: the retry finds it, ours, and the
     // driver's answer is remembered, so CreateVolume is not called again.
     rig.then(vec![
-        (PATCH_CLAIM, answer(&c, "8")),
+        (PUT_CLAIM, answer(&c, "8")),
         (post_pv(), Reply::Status(409)),
         (get_pv(), pv_bound_to(UID)),
     ]);
@@ -656,7 +653,7 @@ async fn every_answer_of_the_driver() {
     ];
     let c = claim();
     for (code, held, text) in rows {
-        let rig = Rig::basic(vec![(PATCH_CLAIM, answer(&c, "8"))]).await;
+        let rig = Rig::basic(vec![(PUT_CLAIM, answer(&c, "8"))]).await;
         rig.driver
             .set_fault(
                 "CreateVolume",
@@ -691,7 +688,7 @@ async fn every_answer_of_the_driver() {
 #[tokio::test]
 async fn an_infeasible_claim_waits_without_a_request() {
     let c = claim();
-    let rig = Rig::basic(vec![(PATCH_CLAIM, answer(&c, "8"))]).await;
+    let rig = Rig::basic(vec![(PUT_CLAIM, answer(&c, "8"))]).await;
     rig.driver
         .set_fault(
             "CreateVolume",
@@ -708,7 +705,7 @@ async fn an_infeasible_claim_waits_without_a_request() {
     let wait = rig.reconcile(&c).await.unwrap().expect("a requeue");
     assert!(wait > Duration::from_secs(299), "{wait:?}");
     rig.assert_script_done();
-    assert_eq!(rig.seen(), [PATCH_CLAIM]);
+    assert_eq!(rig.seen(), [PUT_CLAIM]);
 }
 
 /// The updates a failed attempt causes (here: its own intent write) trigger
@@ -717,7 +714,7 @@ async fn an_infeasible_claim_waits_without_a_request() {
 #[tokio::test]
 async fn a_failed_attempt_is_not_repeated_before_its_backoff() {
     let c = claim();
-    let rig = Rig::basic(vec![(PATCH_CLAIM, answer(&c, "8"))]).await;
+    let rig = Rig::basic(vec![(PUT_CLAIM, answer(&c, "8"))]).await;
     rig.driver
         .set_fault("CreateVolume", failing(GrpcCode::Internal))
         .await
@@ -759,14 +756,15 @@ async fn resource_exhausted_on_the_selected_node_asks_the_scheduler_again() {
         "metadata": {"name": "n1", "labels": {"zone": "a"}}});
     let nodes =
         json!({"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": [node.clone()]});
+    let csinodes = csinode_list(vec![csinode]);
     let rig = Rig::new(
         vec![
-            ("GET csinodes/n1", Reply::Object(csinode)),
+            ("GET csinodes", Reply::Object(csinodes)),
             ("GET nodes/n1", Reply::Object(node)),
             ("GET nodes", Reply::Object(nodes)),
-            (PATCH_CLAIM, answer(&c, "8")),
+            (PUT_CLAIM, answer(&c, "8")),
             // The reschedule: the selected node goes.
-            (PATCH_CLAIM, claim_object(&c)),
+            (PUT_CLAIM, claim_object(&c)),
         ],
         caps,
     )
@@ -784,22 +782,31 @@ async fn resource_exhausted_on_the_selected_node_asks_the_scheduler_again() {
         .unwrap();
     assert!(rig.provision(&c).await.is_err());
     rig.assert_script_done();
-    assert_eq!(
-        rig.body(4)["metadata"]["annotations"][keys::ANN_SELECTED_NODE],
-        Value::Null
-    );
-    assert!(
-        rig.body(4)["metadata"]["annotations"]
-            .as_object()
-            .unwrap()
-            .contains_key(keys::ANN_SELECTED_NODE)
-    );
+    // An update of the claim as the intent write answered it, the selected node gone.
+    let sent = rig.body(4);
+    assert_eq!(sent["metadata"]["resourceVersion"], "8", "{sent}");
+    assert!(!selects_a_node(&sent), "{sent}");
     // The driver said no volume of that name exists: the intent goes with it,
     // so no node is left holding a claim it could not clean up.
-    assert_eq!(
-        rig.body(4)["metadata"]["$deleteFromPrimitiveList/finalizers"],
-        json!([keys::FINALIZER_PVC_INTENT])
-    );
+    assert!(!holds_intent(&sent), "{sent}");
+}
+
+/// Whether a claim sent in an update still names a selected node.
+fn selects_a_node(sent: &Value) -> bool {
+    sent["metadata"]["annotations"]
+        .as_object()
+        .is_some_and(|a| a.contains_key(keys::ANN_SELECTED_NODE))
+}
+
+/// Whether a claim sent in an update holds the intent.
+fn holds_intent(sent: &Value) -> bool {
+    sent["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|f| f.iter().any(|f| f == keys::FINALIZER_PVC_INTENT))
+}
+
+fn csinode_list(items: Vec<Value>) -> Value {
+    json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINodeList", "metadata": {}, "items": items})
 }
 
 /// `ResourceExhausted` once, from a driver that reports topology.
@@ -838,27 +845,20 @@ async fn no_room_after_an_earlier_attempt_sends_the_claim_back_with_its_intent()
         "metadata": {"name": "n1", "labels": {"zone": "a"}}});
     let nodes =
         json!({"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": [node.clone()]});
+    let csinodes = csinode_list(vec![csinode]);
     let rig = exhausted_rig(vec![
-        ("GET csinodes/n1", Reply::Object(csinode)),
+        ("GET csinodes", Reply::Object(csinodes)),
         ("GET nodes/n1", Reply::Object(node)),
         ("GET nodes", Reply::Object(nodes)),
-        (PATCH_CLAIM, answer(&c, "7")),
-        (PATCH_CLAIM, claim_object(&c)),
+        (PUT_CLAIM, answer(&c, "7")),
+        (PUT_CLAIM, claim_object(&c)),
     ])
     .await;
     assert!(rig.provision(&c).await.is_err());
     rig.assert_script_done();
-    assert_eq!(
-        rig.body(4)["metadata"]["annotations"][keys::ANN_SELECTED_NODE],
-        Value::Null
-    );
-    assert!(
-        rig.body(4)["metadata"]
-            .get("$deleteFromPrimitiveList/finalizers")
-            .is_none(),
-        "{}",
-        rig.body(4)
-    );
+    let sent = rig.body(4);
+    assert!(!selects_a_node(&sent), "{sent}");
+    assert!(holds_intent(&sent), "the intent stays: {sent}");
 }
 
 #[tokio::test]
@@ -868,7 +868,7 @@ async fn in_a_node_deployment_no_room_after_an_earlier_attempt_keeps_the_claim_h
     // node made a second volume, and the first leaked. Only this node could
     // find that volume: it keeps the claim and retries.
     let c = ClaimFixture::ours().on_node("n1").intent().0;
-    let mut rig = exhausted_rig(vec![(PATCH_CLAIM, answer(&c, "7"))]).await;
+    let mut rig = exhausted_rig(vec![(PUT_CLAIM, answer(&c, "7"))]).await;
     rig.ctx_mut().place = Placement::Node(crate::controller::node::NodeMode {
         name: "n1".into(),
         topology: Some([("zone".to_string(), "a".to_string())].into()),
@@ -878,7 +878,7 @@ async fn in_a_node_deployment_no_room_after_an_earlier_attempt_keeps_the_claim_h
     });
     assert!(rig.provision(&c).await.is_err());
     rig.assert_script_done();
-    assert_eq!(rig.seen(), [PATCH_CLAIM], "no write sends it back");
+    assert_eq!(rig.seen(), [PUT_CLAIM], "no write sends it back");
 }
 
 #[tokio::test]
@@ -895,25 +895,18 @@ async fn a_vanished_node_sends_the_claim_back_and_keeps_an_earlier_intent() {
     };
     let rig = Rig::new(
         vec![
-            ("GET csinodes/n1", Reply::Status(404)),
-            (PATCH_CLAIM, claim_object(&c)),
+            // The selected node's CSINode is not among them.
+            ("GET csinodes", Reply::Object(csinode_list(Vec::new()))),
+            (PUT_CLAIM, claim_object(&c)),
         ],
         caps,
     )
     .await;
     assert!(rig.provision(&c).await.is_err());
     rig.assert_script_done();
-    assert_eq!(
-        rig.body(1)["metadata"]["annotations"][keys::ANN_SELECTED_NODE],
-        Value::Null
-    );
-    assert!(
-        rig.body(1)["metadata"]
-            .get("$deleteFromPrimitiveList/finalizers")
-            .is_none(),
-        "{}",
-        rig.body(1)
-    );
+    let sent = rig.body(1);
+    assert!(!selects_a_node(&sent), "{sent}");
+    assert!(holds_intent(&sent), "the intent stays: {sent}");
     assert_eq!(rig.backend().await.1, 0);
 }
 
@@ -999,7 +992,7 @@ fn deleted() -> PersistentVolumeClaim {
     ClaimFixture::ours().intent().deleting().0
 }
 
-const RELEASE: &str = PATCH_CLAIM;
+const RELEASE: &str = PUT_CLAIM;
 
 /// `claim` restoring from the snapshot `snap` (`kind` VolumeSnapshot), or
 /// cloning the claim `origin`.
@@ -1053,7 +1046,7 @@ async fn every_answer_while_cleaning_up_a_deleted_claim() {
             vec![
                 (get_pv(), Reply::Status(404)),
                 (GET_CLAIM, claim_object(&d)),
-                (PATCH_CLAIM, claim_object(&d)),
+                (PUT_CLAIM, claim_object(&d)),
                 (RELEASE, claim_object(&d)),
             ],
             true,
@@ -1110,7 +1103,7 @@ async fn every_answer_while_cleaning_up_a_deleted_claim() {
             vec![
                 (get_pv(), Reply::Status(404)),
                 (GET_CLAIM, claim_object(&d)),
-                (PATCH_CLAIM, Reply::Status(500)),
+                (PUT_CLAIM, Reply::Status(500)),
             ],
             false,
             1,
@@ -1121,7 +1114,7 @@ async fn every_answer_while_cleaning_up_a_deleted_claim() {
             vec![
                 (get_pv(), Reply::Status(404)),
                 (GET_CLAIM, claim_object(&d)),
-                (PATCH_CLAIM, claim_object(&d)),
+                (PUT_CLAIM, claim_object(&d)),
                 (RELEASE, Reply::Lost),
             ],
             false,
@@ -1238,7 +1231,7 @@ async fn a_deleted_clone_claims_cleanup_holds_its_source_before_naming_it() {
         ..Default::default()
     };
     const GET_ORIGIN: &str = "GET persistentvolumeclaims/origin";
-    const PATCH_ORIGIN: &str = "PATCH persistentvolumeclaims/origin";
+    const PUT_ORIGIN: &str = "PUT persistentvolumeclaims/origin";
     const GET_ORIGIN_PV: &str = "GET persistentvolumes/origin-pv";
     let origin = |deleting: bool, finalizers: &[&str]| {
         Reply::Object(going(
@@ -1257,8 +1250,8 @@ async fn a_deleted_clone_claims_cleanup_holds_its_source_before_naming_it() {
             vec![
                 (GET_ORIGIN, origin(false, &[])),
                 (GET_ORIGIN_PV, Reply::Status(0)),
-                (PATCH_ORIGIN, origin(false, &protected)),
-                (PATCH_CLAIM, claim_object(&d)),
+                (PUT_ORIGIN, origin(false, &protected)),
+                (PUT_CLAIM, claim_object(&d)),
                 (RELEASE, claim_object(&d)),
             ],
             true,
@@ -1270,7 +1263,7 @@ async fn a_deleted_clone_claims_cleanup_holds_its_source_before_naming_it() {
             vec![
                 (GET_ORIGIN, origin(false, &[])),
                 (GET_ORIGIN_PV, Reply::Status(0)),
-                (PATCH_ORIGIN, Reply::Status(422)),
+                (PUT_ORIGIN, Reply::Status(422)),
             ],
             false,
             0,
@@ -1292,7 +1285,7 @@ async fn a_deleted_clone_claims_cleanup_holds_its_source_before_naming_it() {
             vec![
                 (GET_ORIGIN, origin(true, &protected)),
                 (GET_ORIGIN_PV, Reply::Status(0)),
-                (PATCH_CLAIM, claim_object(&d)),
+                (PUT_CLAIM, claim_object(&d)),
                 (RELEASE, claim_object(&d)),
             ],
             true,
@@ -1351,7 +1344,7 @@ async fn a_deleted_clone_claims_cleanup_holds_its_source_before_naming_it() {
         let (held, c, del) = rig.backend().await;
         assert_eq!((c - 1, del), (creates, deletes), "{what}");
         assert_eq!(held, 1, "{what}: only the source's volume is left");
-        if let Some(i) = rig.seen().iter().position(|r| r == PATCH_ORIGIN) {
+        if let Some(i) = rig.seen().iter().position(|r| r == PUT_ORIGIN) {
             let body = rig.body(i);
             assert_eq!(body["metadata"]["uid"], "origin-uid", "{what}: fenced");
             assert_eq!(
@@ -1376,7 +1369,6 @@ async fn a_deleted_restore_claims_cleanup_holds_its_snapshot_before_naming_it() 
         ..Default::default()
     };
     const GET_SNAPSHOT: &str = "GET volumesnapshots/snap";
-    const PATCH_SNAPSHOT: &str = "PATCH volumesnapshots/snap";
     let snapshot = |deleting: bool, finalizers: &[&str]| {
         Reply::Object(going(
             json!({"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
@@ -1408,7 +1400,7 @@ async fn a_deleted_restore_claims_cleanup_holds_its_snapshot_before_naming_it() 
             vec![
                 (GET_SNAPSHOT, snapshot(false, &[])),
                 content(),
-                (PATCH_SNAPSHOT, Reply::Status(409)),
+                (PUT_SNAPSHOT, Reply::Status(409)),
             ],
             false,
             0,
@@ -1418,7 +1410,7 @@ async fn a_deleted_restore_claims_cleanup_holds_its_snapshot_before_naming_it() 
             vec![
                 (GET_SNAPSHOT, snapshot(false, &[])),
                 content(),
-                (PATCH_SNAPSHOT, snapshot(false, &protected)),
+                (PUT_SNAPSHOT, snapshot(false, &protected)),
             ],
             false,
             1,
@@ -1459,7 +1451,7 @@ async fn a_deleted_restore_claims_cleanup_holds_its_snapshot_before_naming_it() 
         assert_eq!(r.is_ok(), ok, "{what}: {r:?}");
         rig.assert_script_done();
         assert_eq!(rig.backend().await, (0, creates, 0), "{what}");
-        if let Some(i) = rig.seen().iter().position(|r| r == PATCH_SNAPSHOT) {
+        if let Some(i) = rig.seen().iter().position(|r| r == PUT_SNAPSHOT) {
             let body = rig.body(i);
             assert_eq!(
                 (
@@ -1483,35 +1475,119 @@ async fn a_deleted_restore_claims_cleanup_holds_its_snapshot_before_naming_it() 
 async fn a_snapshot_keeps_its_protection_while_another_claim_restores_from_it() {
     let mut rig = Rig::basic(Vec::new()).await;
     let ours = with_source(claim(), keys::SNAPSHOT_KIND);
-    let mut other = with_source(claim(), keys::SNAPSHOT_KIND);
-    other.metadata.name = Some("other".into());
-    other.metadata.uid = Some("other-uid".into());
+    let other = named("other", with_source(claim(), keys::SNAPSHOT_KIND));
     for c in [&ours, &other] {
         rig.claim_writer
             .apply_watcher_event(&watcher::Event::Apply(Claim(c.clone())));
     }
-    let source = crate::provision::snapshot::SnapshotSource {
-        namespace: "team-a".into(),
-        name: "snap".into(),
-    };
+    let source = snap_source();
+    let snap = protected_snapshot(None);
+    rig.then(vec![("GET volumesnapshots/snap", snap.clone())]);
     super::protect::release_snapshot(&rig.ctx, &source, UID).await;
-    assert!(
-        rig.seen().is_empty(),
-        "another claim waits: the protection stays ({:?})",
-        rig.seen()
+    rig.assert_script_done();
+    assert_eq!(
+        rig.seen(),
+        ["GET volumesnapshots/snap"],
+        "another claim waits: the protection stays"
     );
     rig.ctx_mut();
     rig.ctx.claims.mark_pv_saved("other-uid");
-    let snap = Reply::Object(json!({"apiVersion": "snapshot.storage.k8s.io/v1",
-        "kind": "VolumeSnapshot", "metadata": {"name": "snap", "namespace": "team-a",
-            "uid": "snap-uid", "resourceVersion": "8",
-            "finalizers": [keys::FINALIZER_SNAPSHOT_SOURCE]}, "spec": {}}));
     rig.then(vec![
         ("GET volumesnapshots/snap", snap.clone()),
-        ("PATCH volumesnapshots/snap", snap),
+        (PUT_SNAPSHOT, snap),
     ]);
     super::protect::release_snapshot(&rig.ctx, &source, UID).await;
     rig.assert_script_done();
+    let sent = rig.body(2);
+    assert_eq!(
+        sent["metadata"]["resourceVersion"], "8",
+        "an update of the snapshot as read"
+    );
+    assert_eq!(sent["metadata"]["finalizers"], json!([]), "{sent}");
+    assert_eq!(
+        sent["spec"],
+        json!({"source": {"persistentVolumeClaimName": "src"}}),
+        "{sent}"
+    );
+}
+
+/// A restore refused because it asks for less than the snapshot's `restoreSize` can never send
+/// a `CreateVolume` (every create checks that first, and neither size can change): it does not
+/// hold the snapshot's protection for as long as it exists, where one that may still be made does
+/// (issue 38: the user could not delete the snapshot; upstream lets it go).
+#[tokio::test]
+async fn a_restore_refused_for_its_size_does_not_pin_the_snapshot() {
+    let mut rig = Rig::basic(Vec::new()).await;
+    let small = named("small", with_source(claim(), keys::SNAPSHOT_KIND));
+    rig.claim_writer
+        .apply_watcher_event(&watcher::Event::Apply(Claim(small.clone())));
+    // The fixture asks for 1Gi: a 2Gi snapshot refuses it for good, a 1Gi one does not.
+    for (restore, released) in [("2Gi", true), ("1Gi", false)] {
+        let snap = protected_snapshot(Some(restore));
+        let mut steps = vec![("GET volumesnapshots/snap", snap.clone())];
+        if released {
+            steps.push((PUT_SNAPSHOT, snap));
+        }
+        rig.then(steps);
+        super::protect::release_snapshot(&rig.ctx, &snap_source(), UID).await;
+        rig.assert_script_done();
+    }
+}
+
+/// Once deleted, such a restore's cleanup asks the driver for nothing (no create of it was ever
+/// sent), and lets the snapshot go.
+#[tokio::test]
+async fn a_deleted_restore_refused_for_its_size_is_let_go_without_a_call() {
+    let d = with_source(deleted(), keys::SNAPSHOT_KIND);
+    let caps = DriverCapabilities {
+        controller_service: true,
+        create_delete_volume: true,
+        create_delete_snapshot: true,
+        ..Default::default()
+    };
+    let snap = || protected_snapshot(Some("2Gi"));
+    let rig = Rig::new(
+        vec![
+            (get_pv(), Reply::Status(404)),
+            (GET_CLAIM, claim_object(&d)),
+            ("GET volumesnapshots/snap", snap()),
+            ("GET volumesnapshots/snap", snap()),
+            (PUT_SNAPSHOT, snap()),
+            (RELEASE, claim_object(&d)),
+        ],
+        caps,
+    )
+    .await;
+    rig.abandon(&d).await.unwrap();
+    rig.assert_script_done();
+    assert_eq!(rig.backend().await, (0, 0, 0), "no CreateVolume");
+}
+
+fn named(name: &str, mut c: PersistentVolumeClaim) -> PersistentVolumeClaim {
+    c.metadata.name = Some(name.into());
+    c.metadata.uid = Some(format!("{name}-uid"));
+    c
+}
+
+fn snap_source() -> crate::provision::snapshot::SnapshotSource {
+    crate::provision::snapshot::SnapshotSource {
+        namespace: "team-a".into(),
+        name: "snap".into(),
+    }
+}
+
+/// Snapshot `snap` carrying our protection, ready, of `restore_size` if given.
+fn protected_snapshot(restore_size: Option<&str>) -> Reply {
+    let mut snap = json!({"apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshot", "metadata": {"name": "snap", "namespace": "team-a",
+            "uid": "snap-uid", "resourceVersion": "8",
+            "finalizers": [keys::FINALIZER_SNAPSHOT_SOURCE]},
+        "spec": {"source": {"persistentVolumeClaimName": "src"}}});
+    if let Some(size) = restore_size {
+        snap["status"] = json!({"readyToUse": true, "restoreSize": size,
+            "boundVolumeSnapshotContentName": "content"});
+    }
+    Reply::Object(snap)
 }
 
 /// The snapshot sweep waits for the claim cache's first list: right after a
@@ -1690,7 +1766,7 @@ async fn a_claim_without_the_intent_in_admission_mode_gets_it_from_the_fenced_wr
     // The policy is not installed, failed open, or was removed mid-flight.
     let c = claim();
     let mut rig = Rig::basic(vec![
-        (PATCH_CLAIM, answer(&c, "8")),
+        (PUT_CLAIM, answer(&c, "8")),
         (post_pv(), created_pv()),
     ])
     .await;
