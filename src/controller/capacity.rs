@@ -38,7 +38,7 @@ use tracing::{debug, info, warn};
 use super::Context;
 use crate::capacity::{self, Answer, Change, Item};
 use crate::config::{CapacityConfig, CapacityOwner};
-use crate::kube::{api_message, is_invalid, is_not_found};
+use crate::kube::{api_message, is_not_found};
 
 /// Upstream's gauges (ALPHA), registered only with `--enable-capacity`.
 #[derive(Clone, Default)]
@@ -78,7 +78,7 @@ pub enum StartError {
     )]
     NotServed,
     #[error(
-        "--enable-capacity: probing for storage.k8s.io/v1 CSIStorageCapacity in {namespace}: {message}"
+        "--enable-capacity: asking whether storage.k8s.io/v1 CSIStorageCapacity is served (for {namespace}): {message}"
     )]
     Probe { namespace: String, message: String },
     #[error("look up owner(s) of pod {namespace}/{pod}: {message}")]
@@ -89,26 +89,25 @@ pub enum StartError {
     },
 }
 
-/// Whether the API server serves `storage.k8s.io/v1` CSIStorageCapacity, asked
-/// as upstream asks it: creating an object whose name is invalid is refused as
-/// invalid (422) where the kind is served, as not found (404) where it is not;
-/// nothing is ever created.
+/// Whether the API server serves `storage.k8s.io/v1` CSIStorageCapacity, from its discovery
+/// document: nothing is created (upstream v6.3 asked by creating an object of an invalid name;
+/// v6.4 uses v1 without asking, and finds out from its first list).
 pub async fn probe(client: &Client, namespace: &str) -> Result<(), StartError> {
-    let mut object = CSIStorageCapacity::default();
-    object.metadata.name = Some("#%123-invalid-name".into());
-    object.storage_class_name = "probe".into();
-    let err = |message: String| StartError::Probe {
-        namespace: namespace.to_string(),
-        message,
-    };
-    match Api::<CSIStorageCapacity>::namespaced(client.clone(), namespace)
-        .create(&PostParams::default(), &object)
-        .await
-    {
-        Err(e) if is_invalid(&e) => Ok(()),
+    match client.list_api_group_resources("storage.k8s.io/v1").await {
+        Ok(list)
+            if list
+                .resources
+                .iter()
+                .any(|r| r.kind == "CSIStorageCapacity") =>
+        {
+            Ok(())
+        }
+        Ok(_) => Err(StartError::NotServed),
         Err(e) if is_not_found(&e) => Err(StartError::NotServed),
-        Err(e) => Err(err(api_message(&e))),
-        Ok(_) => Err(err("an object with an invalid name was accepted".into())),
+        Err(e) => Err(StartError::Probe {
+            namespace: namespace.to_string(),
+            message: api_message(&e),
+        }),
     }
 }
 

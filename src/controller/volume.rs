@@ -42,9 +42,9 @@ pub enum VolumeError {
     #[error("{0}")]
     Invalid(String),
     /// A VolumeAttachment still holds the volume: the deletion waits for the
-    /// detach, which is not a failure (upstream: `canDeleteVolume`, shown as
-    /// lib v13.1 shows a `VolumeInUseError`).
-    #[error("persistentvolume {pv} is still attached to node {node}")]
+    /// detach, which is not a failure (upstream v6.4: `canDeleteVolume`'s
+    /// `VolumeInUseError`, shown by lib v13.1 as a Normal `VolumeDelete`).
+    #[error("persistentvolume {pv} is still attached to node {node}, waiting for detach")]
     Attached { pv: String, node: String },
     /// Whether the volume is attached cannot be told yet (the cache cannot
     /// list VolumeAttachments: RBAC, an API outage): retried, nothing touched.
@@ -485,14 +485,14 @@ mod tests {
         }
         assert_eq!(holder(&store, "pv-1").as_deref(), Some("node-1"));
         assert_eq!(holder(&store, "pv-2"), None);
-        // upstream's text, which lib v13.1 shows as the Normal event's message.
+        // upstream v6.4's text, which lib v13.1 shows as the Normal event's message.
         let err = VolumeError::Attached {
             pv: "pv-1".into(),
             node: "node-1".into(),
         };
         assert_eq!(
             err.to_string(),
-            "persistentvolume pv-1 is still attached to node node-1"
+            "persistentvolume pv-1 is still attached to node node-1, waiting for detach"
         );
     }
 
