@@ -6,8 +6,10 @@
 //! `run` is the wiring; each step lives in a module of its own: the driver
 //! (`driver`), the API clients and rate-limit lanes (`clients`), leader
 //! election (`leader`), the HTTP server (`serve`), the caches' watches
-//! (`watch`) and the controllers (`controllers`).
+//! (`watch`), the controllers (`controllers`), and the check that the
+//! account may do what the configured features need (`access`).
 
+mod access;
 mod clients;
 mod controllers;
 mod driver;
@@ -54,6 +56,9 @@ pub enum FatalError {
     Capacity(#[from] crate::controller::capacity::StartError),
     #[error("failed to get node info from the CSI driver: {0}")]
     NodeInfo(tonic::Status),
+    /// An opt-in feature the account's RBAC does not allow (`access`).
+    #[error("{0}")]
+    Rbac(String),
 }
 
 /// The sidecar as a command of [`crate::entry`]: its flags, its logging,
@@ -142,6 +147,9 @@ pub async fn run(cfg: Config, stop: CancellationToken) -> Result<(), FatalError>
     };
     let (options, tuning) =
         provisioning_options(provisioning, metadata, feature_gates, &clients).await;
+    access::check(&clients.work, &access::needs(&options))
+        .await
+        .map_err(FatalError::Rbac)?;
 
     let host = hostname();
     let mut leadership = Leadership::new(
