@@ -114,6 +114,7 @@ print_env() {
   echo "export CSI_TESTBED_BIN=$(cat "$dir/bin")"
   echo "export CSI_TESTBED_KUBECONFIG=$dir/kubeconfig"
   echo "export CSI_TESTBED_PROVISIONER_KUBECONFIG=$dir/kubeconfig-provisioner"
+  echo "export CSI_TESTBED_UPSTREAM_RBAC_KUBECONFIG=$dir/kubeconfig-upstream-rbac"
 }
 
 stop_all() {
@@ -157,11 +158,15 @@ up)
   openssl genrsa -out "$dir/sa.key" 2048 2>/dev/null
   admin_token=$(openssl rand -hex 16)
   prov_token=$(openssl rand -hex 16)
+  upstream_token=$(openssl rand -hex 16)
   {
     printf '%s,admin,admin,system:masters\n' "$admin_token"
     # A non-admin identity: the end-to-end tests run the sidecar as this user,
     # bound only to deploy/kubernetes/rbac.yaml's ClusterRole.
     printf '%s,csi-provisioner,csi-provisioner\n' "$prov_token"
+    # Another, for the tests that run our sidecar under the RBAC upstream ships
+    # (its deploy/kubernetes/rbac.yaml, bound to this user only).
+    printf '%s,csi-provisioner-upstream-rbac,csi-provisioner-upstream-rbac\n' "$upstream_token"
   } >"$dir/tokens.csv"
   chmod 600 "$dir/tokens.csv"
 
@@ -181,8 +186,12 @@ up)
   wait_for "kube-apiserver /readyz" 180 curl -fsS -k -H "Authorization: Bearer $admin_token" "https://127.0.0.1:$ap/readyz"
   wait_for "namespace default" 60 curl -fsS -k -H "Authorization: Bearer $admin_token" "https://127.0.0.1:$ap/api/v1/namespaces/default"
 
-  for who in admin provisioner; do
-    if [ "$who" = admin ]; then tok=$admin_token; f=kubeconfig; else tok=$prov_token; f=kubeconfig-provisioner; fi
+  for who in admin provisioner upstream-rbac; do
+    case $who in
+      admin) tok=$admin_token; f=kubeconfig ;;
+      provisioner) tok=$prov_token; f=kubeconfig-provisioner ;;
+      upstream-rbac) tok=$upstream_token; f=kubeconfig-upstream-rbac ;;
+    esac
     cat >"$dir/$f" <<EOF
 apiVersion: v1
 kind: Config

@@ -303,3 +303,73 @@ fn the_audit_cronjob_writes_prometheus_series_as_the_audits_service_account() {
     assert_eq!(job.backoff_limit, Some(0));
     assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
 }
+
+/// Every (API group, resource, verb) a role's rules grant.
+fn grants(
+    rules: Option<&[k8s_openapi::api::rbac::v1::PolicyRule]>,
+) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for rule in rules.unwrap_or_default() {
+        for group in rule.api_groups.iter().flatten() {
+            for resource in rule.resources.iter().flatten() {
+                for verb in &rule.verbs {
+                    out.push((group.clone(), resource.clone(), verb.clone()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// What our rbac.yaml may grant beyond upstream v6.4's file (its optional rules uncommented), and
+/// the README's RBAC table must name the feature that needs each.
+const BEYOND_UPSTREAM: [(&str, &str, &str); 4] = [
+    ("storage.k8s.io", "volumeattributesclasses", "get"),
+    ("", "namespaces", "get"),
+    ("", "namespaces", "list"),
+    ("", "namespaces", "watch"),
+];
+
+/// A driver's chart carries upstream's RBAC, and swapping the image must not need more: our file
+/// grants nothing upstream v6.4's lacks but what the README's RBAC table says an opt-in feature
+/// (or a kind of claim) needs. In particular no `patch` on claims or snapshots, where upstream
+/// grants `update` only.
+#[test]
+fn our_rbac_grants_nothing_upstreams_lacks_but_what_the_readme_names() {
+    let ours = support::ShippedRbac::load();
+    let upstream = support::ShippedRbac::upstream();
+    let readme = read("README.md");
+    let table = readme
+        .split("\n## RBAC\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("README.md has an `## RBAC` section");
+    for (what, ours, theirs) in [
+        (
+            "ClusterRole",
+            grants(ours.cluster_role.rules.as_deref()),
+            grants(upstream.cluster_role.rules.as_deref()),
+        ),
+        (
+            "Role",
+            grants(ours.role.rules.as_deref()),
+            grants(upstream.role.rules.as_deref()),
+        ),
+    ] {
+        for grant in &ours {
+            if theirs.contains(grant) {
+                continue;
+            }
+            let (group, resource, verb) = (&grant.0, &grant.1, &grant.2);
+            assert!(
+                BEYOND_UPSTREAM.contains(&(group.as_str(), resource.as_str(), verb.as_str())),
+                "our {what} grants {verb:?} on {resource:?} ({group:?}), which upstream v6.4's \
+                 rbac.yaml does not"
+            );
+            assert!(
+                table.contains(&format!("`{resource}`")) && table.contains(&format!("`{verb}`")),
+                "README.md's RBAC table does not say what needs {verb:?} on {resource:?}"
+            );
+        }
+    }
+}

@@ -13,131 +13,15 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::time::Duration;
 
 use csi_provisioner::keys;
 use csi_test_driver::control::Fault;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams, WatchParams};
+use kube::api::{Api, PostParams, WatchParams};
+use support::policies::{OUR_MANAGER, holds_intent, install, uninstall, wait_enforced};
 use support::{DEADLINE, Rig, wait_for};
-
-/// The driver name the shipped policy lists, to be edited by the operator.
-const PLACEHOLDER_DRIVER: &str = "csi-driver.example.com";
-/// The manager our sidecar's writes show in managedFields (its User-Agent).
-const OUR_MANAGER: &str = "csi-provisioner";
-
-fn resource(kind: &str) -> ApiResource {
-    ApiResource {
-        group: "admissionregistration.k8s.io".into(),
-        version: "v1".into(),
-        api_version: "admissionregistration.k8s.io/v1".into(),
-        kind: kind.into(),
-        plural: format!("{}s", kind.to_lowercase()).replace("policys", "policies"),
-    }
-}
-
-/// The shipped policy and binding of `file`, for `driver`, renamed for the
-/// rig and bound to its namespace only.
-fn documents(rig: &Rig, file: &str) -> Vec<serde_json::Value> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("deploy/kubernetes")
-        .join(file);
-    let text = std::fs::read_to_string(&path)
-        .unwrap()
-        .replace(PLACEHOLDER_DRIVER, &rig.driver_name);
-    assert!(
-        file != "provisioning-intent-policy.yaml" || text.contains(&rig.driver_name),
-        "the shipped policy names the placeholder driver {PLACEHOLDER_DRIVER}"
-    );
-    let name = format!("{}-{}", file.trim_end_matches(".yaml"), rig.ns.name);
-    serde_saphyr::from_multiple::<serde_json::Value>(&text)
-        .unwrap()
-        .into_iter()
-        .filter(|d| !d.is_null())
-        .map(|mut doc| {
-            doc["metadata"]["name"] = name.clone().into();
-            if doc["kind"] == "MutatingAdmissionPolicyBinding" {
-                doc["spec"]["policyName"] = name.clone().into();
-                doc["spec"]["matchResources"] = serde_json::json!({
-                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": rig.ns.name}}
-                });
-            }
-            doc
-        })
-        .collect()
-}
-
-/// Installs the shipped policies (both, or the one named), returns their
-/// (kind, name) to remove them.
-async fn install(rig: &Rig, files: &[&str]) -> Vec<(String, String)> {
-    let mut created = Vec::new();
-    for file in files {
-        for doc in documents(rig, file) {
-            let kind = doc["kind"].as_str().unwrap().to_string();
-            let name = doc["metadata"]["name"].as_str().unwrap().to_string();
-            let api: Api<DynamicObject> = Api::all_with(rig.client.clone(), &resource(&kind));
-            api.create(
-                &PostParams::default(),
-                &serde_json::from_value(doc).unwrap(),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("creating the {kind} of {file}: {e}"));
-            created.push((kind, name));
-        }
-    }
-    created
-}
-
-async fn uninstall(rig: &Rig, installed: &[(String, String)]) {
-    for (kind, name) in installed.iter().rev() {
-        let api: Api<DynamicObject> = Api::all_with(rig.client.clone(), &resource(kind));
-        api.delete(name, &DeleteParams::default()).await.unwrap();
-    }
-}
-
-fn holds_intent(c: &PersistentVolumeClaim) -> bool {
-    c.metadata
-        .finalizers
-        .iter()
-        .flatten()
-        .any(|f| f == keys::FINALIZER_PVC_INTENT)
-}
-
-/// Waits until a claim created already annotated for our driver gets the
-/// intent at CREATE (the policy is enforced); removes the probe's intent.
-async fn wait_enforced(rig: &Rig) {
-    let claims = rig.claims();
-    let mut n = 0;
-    wait_for("the provisioning-intent policy to act", DEADLINE, || {
-        n += 1;
-        let name = format!("probe-{n}");
-        let claims = claims.clone();
-        let probe = rig
-            .claim(&name)
-            .class("")
-            .annotation(keys::ANN_STORAGE_PROVISIONER, &rig.driver_name)
-            .build();
-        async move {
-            let c = claims
-                .create(&PostParams::default(), &probe)
-                .await
-                .map_err(|e| e.to_string())?;
-            if !holds_intent(&c) {
-                return Err("no intent at CREATE yet".to_string());
-            }
-            let mut c = c;
-            c.metadata.finalizers = None;
-            claims
-                .replace(&name, &PostParams::default(), &c)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(())
-        }
-    })
-    .await;
-}
 
 /// What every version of the rig's claims showed, from a watch started
 /// before they are created: per claim, whether some version held the intent

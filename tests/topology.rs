@@ -5,7 +5,9 @@
 
 mod support;
 
-use support::{DEADLINE, Rig, k8s_keys, unique_name, wait_for};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, PostParams};
+use support::{DEADLINE, Rig, Sidecar, StorageClassFixture, k8s_keys, unique_name, wait_for};
 
 const ZONE: &str = "topology.test.example.com/zone";
 
@@ -230,4 +232,148 @@ async fn requirements_of(
         .unwrap_or_else(|| panic!("no CreateVolume of {name}"))
         .clone();
     (op.requisite, op.preferred)
+}
+
+/// Each claim's (requisite, preferred), the run's key prefix replaced by `P` and node names by
+/// the role they play, so that two runs (two drivers, two sets of nodes) compare.
+type Seen = std::collections::BTreeMap<String, (Vec<Term>, Vec<Term>)>;
+
+/// The cases upstream v6.4 changed (#1582) on one cluster: nodes registering two key sets, a node
+/// carrying the labels whose driver registered no keys yet, a node carrying them where the driver
+/// is not, a node registering fewer keys than it carries labels; Immediate and
+/// WaitForFirstConsumer claims, strict topology off, then on after a restart, and a claim made
+/// again after it.
+async fn topology_cases(who: Sidecar) -> Seen {
+    let prefix = unique_name("v64");
+    let region = format!("{prefix}.test/region");
+    let zone = format!("{prefix}.test/zone");
+    let (r, z) = (region.as_str(), zone.as_str());
+    let mut rig = Rig::builder("topo-v64")
+        .driver(|d| d.topology = Some((region.clone(), "r1".to_string())))
+        .start_for(who)
+        .await;
+    let a = rig.node_with(&[r], &[(r, "r1")]).await;
+    let b = rig.node_with(&[z, r], &[(r, "r1"), (z, "a")]).await;
+    let c = rig.node_with(&[r, z], &[(r, "r2"), (z, "b")]).await;
+    let unregistered = rig.node_with(&[], &[(r, "r3"), (z, "c")]).await;
+    let elsewhere = rig.node_without_driver(&[(r, "r4"), (z, "d")]).await;
+    let coarse = rig.node_with(&[r], &[(r, "r5"), (z, "e")]).await;
+    let late = unique_name("late");
+    Api::<StorageClass>::all(rig.client.clone())
+        .create(
+            &PostParams::default(),
+            &StorageClassFixture::new(&late, &rig.driver_name)
+                .reclaim("Delete")
+                .binding_mode("WaitForFirstConsumer")
+                .build(),
+        )
+        .await
+        .expect("creating the WaitForFirstConsumer class");
+    let mut seen = Seen::new();
+    let mut record = async |rig: &Rig, claim: &str| {
+        let pv = rig.wait_bound(claim).await;
+        let (requisite, preferred) = requirements_of(rig, &pv).await;
+        let norm = |terms: Vec<Term>| -> Vec<Term> {
+            terms
+                .into_iter()
+                .map(|t| {
+                    t.into_iter()
+                        .map(|(k, v)| (k.replace(&prefix, "P"), v))
+                        .collect()
+                })
+                .collect()
+        };
+        seen.insert(claim.to_string(), (norm(requisite), norm(preferred)));
+    };
+
+    let mut upstream = rig.start_as(who, &[]);
+    for (claim, node) in [
+        ("www-web-0", None),
+        ("www-web-1", None),
+        ("late-b", Some(&b)),
+        ("late-a", Some(&a)),
+    ] {
+        let fixture = match node {
+            Some(node) => rig.claim(claim).class(&late).selected_node(node),
+            None => rig.claim(claim),
+        };
+        rig.create_claim(fixture).await;
+        record(&rig, claim).await;
+    }
+
+    // A restart with --strict-topology; a claim made again gets what it got before.
+    rig.delete_claim("www-web-0").await;
+    rig.wait_claim_gone("www-web-0").await;
+    rig.kill_sidecar();
+    drop(upstream.take());
+    upstream = rig.start_as(who, &["--strict-topology"]);
+    for (claim, node) in [
+        ("www-web-0", None),
+        ("www-web-2", None),
+        ("strict-b", Some(&b)),
+    ] {
+        let fixture = match node {
+            Some(node) => rig.claim(claim).class(&late).selected_node(node),
+            None => rig.claim(claim),
+        };
+        rig.create_claim(fixture).await;
+        record(&rig, claim).await;
+    }
+    drop(upstream);
+    for node in [a, b, c, unregistered, elsewhere, coarse] {
+        rig.remove_node(&node).await;
+    }
+    let _ = Api::<StorageClass>::all(rig.client.clone())
+        .delete(&late, &Default::default())
+        .await;
+    rig.cleanup().await;
+    seen
+}
+
+#[tokio::test]
+async fn topology_requirements_are_upstream_v6_4s_on_the_same_cluster() {
+    let ours = topology_cases(Sidecar::Ours).await;
+    let upstream = topology_cases(Sidecar::Upstream).await;
+    let term = |pairs: &[(&str, &str)]| -> Term {
+        pairs
+            .iter()
+            .map(|(k, v)| (format!("P.test/{k}"), v.to_string()))
+            .collect()
+    };
+    // Every key set, each from the nodes whose driver registered it (a finer registration covers
+    // a coarser set); not the node whose driver registered nothing, nor the one without the
+    // driver, nor the zone of the node that registered only its region.
+    let immediate = vec![
+        term(&[("region", "r1")]),
+        term(&[("region", "r2")]),
+        term(&[("region", "r5")]),
+        term(&[("region", "r1"), ("zone", "a")]),
+        term(&[("region", "r2"), ("zone", "b")]),
+    ];
+    assert_eq!(ours["www-web-0"].0, immediate, "{ours:?}");
+    // The selected node's keys, across the nodes that registered them; its own term first.
+    let late_b = vec![
+        term(&[("region", "r1"), ("zone", "a")]),
+        term(&[("region", "r2"), ("zone", "b")]),
+    ];
+    assert_eq!(ours["late-b"], (late_b.clone(), late_b), "{ours:?}");
+    assert_eq!(
+        ours["late-a"].0,
+        vec![
+            term(&[("region", "r1")]),
+            term(&[("region", "r2")]),
+            term(&[("region", "r5")])
+        ],
+        "{ours:?}"
+    );
+    let strict_b = vec![term(&[("region", "r1"), ("zone", "a")])];
+    assert_eq!(ours["strict-b"], (strict_b.clone(), strict_b), "{ours:?}");
+    assert_eq!(
+        ours["www-web-2"].0, immediate,
+        "strict topology leaves Immediate as it was"
+    );
+    // And all of it is what upstream v6.4 sends, claim by claim (preferred included: the same
+    // rotation by StatefulSet ordinal, the same selected node first), before and after the
+    // restart.
+    assert_eq!(ours, upstream, "ours (left) and upstream v6.4 (right)");
 }

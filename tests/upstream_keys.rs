@@ -4,10 +4,11 @@
 //! upstream reads `snapshot.storage.kubernetes.io/…`) compiles, passes every
 //! test written from the same misreading, and makes the sidecar deaf to what
 //! operators write; this test reads the real sources instead: the modules the
-//! test bed builds upstream's sidecar from (external-provisioner v6, its
-//! controller library, k8s.io/api and csi-translation-lib at the versions of
-//! testbed/go.mod), fetched with `go mod download` (from the module cache when
-//! the test bed was built on this machine).
+//! test bed builds upstream's sidecar from (external-provisioner v6.4.0, its
+//! controller library v13.1.0, k8s.io/api and csi-translation-lib at the
+//! versions of testbed/upstream/go.mod, the release's own), fetched with
+//! `go mod download` (from the module cache when the test bed was built on
+//! this machine).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -39,21 +40,22 @@ const NOT_IN_A_RELEASE: [&str; 4] = [
     "csi.storage.k8s.io/pvc/annotations/",
 ];
 
-/// The modules whose sources define the keys upstream's sidecar uses.
-const MODULES: &[&str] = &[
-    "github.com/kubernetes-csi/external-provisioner/v6",
-    "sigs.k8s.io/sig-storage-lib-external-provisioner/v13",
-    "k8s.io/api",
-    "k8s.io/csi-translation-lib",
+/// The modules whose sources define the keys upstream's sidecar uses, and the version of the
+/// release the docs name where it is pinned (the others: what that release builds with).
+const MODULES: &[(&str, Option<&str>)] = &[
+    ("github.com/kubernetes-csi/external-provisioner/v6", Some("v6.4.0")),
+    ("sigs.k8s.io/sig-storage-lib-external-provisioner/v13", Some("v13.1.0")),
+    ("k8s.io/api", None),
+    ("k8s.io/csi-translation-lib", None),
 ];
 
 /// The source directories of [`MODULES`] at the test bed's versions.
 fn module_dirs() -> Vec<PathBuf> {
     let out = Command::new("go")
-        .current_dir(root().join("testbed"))
+        .current_dir(root().join("testbed/upstream"))
         .env("GOFLAGS", "-mod=readonly")
         .args(["mod", "download", "-json"])
-        .args(MODULES)
+        .args(MODULES.iter().map(|(m, _)| m))
         .output()
         .expect("running `go mod download` (Go is a prerequisite of the test bed)");
     assert!(
@@ -65,8 +67,12 @@ fn module_dirs() -> Vec<PathBuf> {
     let text = String::from_utf8(out.stdout).expect("utf-8");
     let dirs: Vec<PathBuf> = serde_json::Deserializer::from_str(&text)
         .into_iter::<serde_json::Value>()
-        .map(|v| {
+        .zip(MODULES)
+        .map(|(v, (module, pinned))| {
             let v = v.expect("go mod download -json");
+            if let Some(version) = pinned {
+                assert_eq!(v["Version"].as_str(), Some(*version), "{module}: {v}");
+            }
             PathBuf::from(v["Dir"].as_str().unwrap_or_else(|| panic!("no Dir in {v}")))
         })
         .collect();

@@ -20,6 +20,9 @@ pub struct Cluster {
     pub kubeconfig: PathBuf,
     /// Kubeconfig of the non-admin user `csi-provisioner`, which has no RBAC until a test binds it.
     pub provisioner_kubeconfig: PathBuf,
+    /// Kubeconfig of the non-admin user `csi-provisioner-upstream-rbac`, for the tests that bind it
+    /// to the RBAC upstream ships (`support::rbac::Rbac::Upstream`).
+    pub upstream_rbac_kubeconfig: PathBuf,
     /// Directory holding the test bed's Go binaries (`csi-mock-driver`, `csi-provisioner-upstream`, ...).
     pub bin_dir: PathBuf,
     /// The control plane's state directory (logs of etcd, kube-apiserver, kube-controller-manager).
@@ -50,6 +53,7 @@ pub async fn cluster() -> &'static Cluster {
             let bin_dir = env_path("CSI_TESTBED_BIN");
             let kubeconfig = env_path("CSI_TESTBED_KUBECONFIG");
             let provisioner_kubeconfig = env_path("CSI_TESTBED_PROVISIONER_KUBECONFIG");
+            let upstream_rbac_kubeconfig = env_path("CSI_TESTBED_UPSTREAM_RBAC_KUBECONFIG");
             let client = client_from_kubeconfig(&kubeconfig).await;
             if let Err(e) = client.apiserver_version().await {
                 panic!(
@@ -62,6 +66,7 @@ pub async fn cluster() -> &'static Cluster {
                 client,
                 kubeconfig,
                 provisioner_kubeconfig,
+                upstream_rbac_kubeconfig,
                 bin_dir,
                 dir,
             }

@@ -10,6 +10,7 @@ mod fixtures;
 mod http;
 mod names;
 mod namespace;
+pub mod policies;
 mod process;
 mod proxy;
 mod rbac;
@@ -24,7 +25,10 @@ pub use names::unique_name;
 pub use namespace::TestNamespace;
 pub use process::{ChildProcess, driver_named, wait_for_socket, workspace_bin};
 pub use proxy::{FaultyApi, faulty_api};
-pub use rbac::{PROVISIONER_USER, ShippedRbac, grant_lease_role, grant_provisioner_rbac};
+pub use rbac::{
+    PROVISIONER_USER, Rbac, ShippedRbac, grant_lease_role, grant_lease_role_for,
+    grant_provisioner_rbac, grant_rbac,
+};
 pub use rig::{DEADLINE, Rig, RigBuilder, Sidecar};
 pub use snapshots::{Snapshotter, dynamic, snapshot_resource};
 pub use wait::{Observation, wait_for, wait_for_deleted};

@@ -3,6 +3,13 @@
 //! non-admin user `csi-provisioner` instead of the ServiceAccount. A rule missing from the file
 //! therefore fails the test whose sidecar needed it.
 //!
+//! A drop-in must also run under the RBAC upstream ships, which drivers' charts carry:
+//! [`Rbac::Upstream`] is external-provisioner v6.4.0's `deploy/kubernetes/rbac.yaml`, read
+//! verbatim from its Go module (the test bed copies it), with the optional rules uncommented as a
+//! driver needing them would (secrets, referencegrants) and nothing else changed but the objects'
+//! names (so that it does not overwrite ours on the shared control plane); it is bound to the
+//! test bed's user `csi-provisioner-upstream-rbac`.
+//!
 //! The ClusterRole (and its binding) is applied once per test binary; the Role and RoleBinding
 //! go into every namespace a test uses for its Lease ([`grant_lease_role`]). Everything is
 //! server-side applied, so test binaries sharing a control plane converge on the same objects.
@@ -21,6 +28,38 @@ use super::{cluster, wait_for};
 
 /// The test bed's non-admin identity (`testbed/cluster.sh`, `kubeconfig-provisioner`).
 pub const PROVISIONER_USER: &str = "csi-provisioner";
+/// The test bed's identity for upstream's RBAC (`kubeconfig-upstream-rbac`).
+pub const UPSTREAM_RBAC_USER: &str = "csi-provisioner-upstream-rbac";
+/// What the upstream RBAC's object names get, so that they are not ours.
+const UPSTREAM_SUFFIX: &str = "-upstream-v6.4";
+/// The rules upstream's file ships commented out that a driver needing them uncomments: secrets
+/// (provisioning secrets) and referencegrants (cross-namespace data sources).
+const UPSTREAM_OPTIONAL: [&str; 2] = ["secrets", "referencegrants"];
+
+/// Which RBAC a sidecar runs under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rbac {
+    /// Ours: deploy/kubernetes/rbac.yaml, as user [`PROVISIONER_USER`].
+    Shipped,
+    /// Upstream v6.4.0's deploy/kubernetes/rbac.yaml, as user [`UPSTREAM_RBAC_USER`].
+    Upstream,
+}
+
+impl Rbac {
+    fn user(self) -> &'static str {
+        match self {
+            Rbac::Shipped => PROVISIONER_USER,
+            Rbac::Upstream => UPSTREAM_RBAC_USER,
+        }
+    }
+
+    fn load(self) -> ShippedRbac {
+        match self {
+            Rbac::Shipped => ShippedRbac::load(),
+            Rbac::Upstream => ShippedRbac::upstream(),
+        }
+    }
+}
 /// The namespace a sidecar without `--leader-election-namespace` or `POD_NAMESPACE` uses.
 pub const DEFAULT_LEASE_NAMESPACE: &str = "default";
 
@@ -43,6 +82,25 @@ impl ShippedRbac {
         let text = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
         ShippedRbac::parse(&text)
+    }
+
+    /// Upstream v6.4.0's file as the test bed copied it from the release's Go module, its
+    /// optional rules uncommented, its objects renamed with [`UPSTREAM_SUFFIX`].
+    pub fn upstream() -> ShippedRbac {
+        let path = super::testbed_bin("upstream-rbac.yaml");
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        let mut rbac = ShippedRbac::parse(&uncomment_rules(&text, &UPSTREAM_OPTIONAL));
+        let rename = |name: &mut Option<String>| {
+            *name = name.as_ref().map(|n| format!("{n}{UPSTREAM_SUFFIX}"));
+        };
+        rename(&mut rbac.cluster_role.metadata.name);
+        rename(&mut rbac.cluster_role_binding.metadata.name);
+        rbac.cluster_role_binding.role_ref.name += UPSTREAM_SUFFIX;
+        rename(&mut rbac.role.metadata.name);
+        rename(&mut rbac.role_binding.metadata.name);
+        rbac.role_binding.role_ref.name += UPSTREAM_SUFFIX;
+        rbac
     }
 
     pub fn parse(text: &str) -> ShippedRbac {
@@ -101,10 +159,46 @@ fn typed<K: serde::de::DeserializeOwned>(doc: serde_json::Value, kind: &str) -> 
         .unwrap_or_else(|e| panic!("deploy/kubernetes/rbac.yaml: invalid {kind}: {e}"))
 }
 
-fn test_user() -> Vec<Subject> {
+/// `text` with the commented-out rules for `resources` uncommented, as an operator uncomments
+/// them: the `# - apiGroups:` line and the lines of its rule that follow, each losing the comment
+/// marker (and the space after it where the rule's items are indented so). Panics if a rule is
+/// not there: upstream changed its file, and the test must be looked at.
+fn uncomment_rules(text: &str, resources: &[&str]) -> String {
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    for resource in resources {
+        let wanted = format!("resources: [\"{resource}\"]");
+        let start = (0..lines.len().saturating_sub(1))
+            .find(|&i| {
+                let (head, next) = (lines[i].trim_start(), lines[i + 1].trim_start());
+                head.starts_with('#')
+                    && head
+                        .trim_start_matches('#')
+                        .trim_start()
+                        .starts_with("- apiGroups:")
+                    && next.starts_with('#')
+                    && next.trim_start_matches('#').trim() == wanted
+            })
+            .unwrap_or_else(|| panic!("upstream's rbac.yaml has no commented rule for {resource}"));
+        // The marker and the spaces between it and the item's dash go from every line.
+        let indent = lines[start].len() - lines[start].trim_start().len();
+        let after =
+            lines[start][indent + 1..].len() - lines[start][indent + 1..].trim_start().len();
+        let marker = format!("{}#{}", " ".repeat(indent), " ".repeat(after));
+        for line in lines.iter_mut().skip(start).take(3) {
+            let rest = line
+                .strip_prefix(&marker)
+                .unwrap_or_else(|| panic!("unexpected line in the rule for {resource}: {line:?}"))
+                .to_string();
+            *line = format!("{}{rest}", " ".repeat(indent));
+        }
+    }
+    lines.join("\n")
+}
+
+fn subjects(rbac: Rbac) -> Vec<Subject> {
     vec![Subject {
         kind: "User".into(),
-        name: PROVISIONER_USER.into(),
+        name: rbac.user().into(),
         api_group: Some(RBAC_API_GROUP.into()),
         namespace: None,
     }]
@@ -114,44 +208,59 @@ fn test_user() -> Vec<Subject> {
 /// [`DEFAULT_LEASE_NAMESPACE`]. Runs once per test binary; returns when the API server
 /// authorizes with the new rules.
 pub async fn grant_provisioner_rbac() {
-    static GRANTED: OnceCell<()> = OnceCell::const_new();
-    GRANTED
-        .get_or_init(|| async {
-            let rbac = ShippedRbac::load();
-            let client = cluster().await.client.clone();
-            let mut role = rbac.cluster_role.clone();
-            strip_server_fields(&mut role.metadata);
-            apply(&Api::<ClusterRole>::all(client.clone()), &role).await;
-            let mut binding = rbac.cluster_role_binding.clone();
-            strip_server_fields(&mut binding.metadata);
-            binding.subjects = Some(test_user());
-            apply(&Api::<ClusterRoleBinding>::all(client.clone()), &binding).await;
-            let first = first_rule(role.rules.as_deref(), "ClusterRole");
-            wait_until_authorized(&first, None).await;
-            grant_lease_role_from(&rbac, DEFAULT_LEASE_NAMESPACE).await;
-        })
-        .await;
+    grant_rbac(Rbac::Shipped).await;
+}
+
+/// Grants `rbac`'s ClusterRole to its test user, and its leader-election Role in
+/// [`DEFAULT_LEASE_NAMESPACE`]. Runs once per test binary and set.
+pub async fn grant_rbac(rbac: Rbac) {
+    static SHIPPED: OnceCell<()> = OnceCell::const_new();
+    static UPSTREAM: OnceCell<()> = OnceCell::const_new();
+    let once = match rbac {
+        Rbac::Shipped => &SHIPPED,
+        Rbac::Upstream => &UPSTREAM,
+    };
+    once.get_or_init(|| async {
+        let objects = rbac.load();
+        let client = cluster().await.client.clone();
+        let mut role = objects.cluster_role.clone();
+        strip_server_fields(&mut role.metadata);
+        apply(&Api::<ClusterRole>::all(client.clone()), &role).await;
+        let mut binding = objects.cluster_role_binding.clone();
+        strip_server_fields(&mut binding.metadata);
+        binding.subjects = Some(subjects(rbac));
+        apply(&Api::<ClusterRoleBinding>::all(client.clone()), &binding).await;
+        let first = first_rule(role.rules.as_deref(), "ClusterRole");
+        wait_until_authorized(rbac, &first, None).await;
+        grant_lease_role_from(rbac, &objects, DEFAULT_LEASE_NAMESPACE).await;
+    })
+    .await;
 }
 
 /// Puts the shipped leader-election Role and its binding (to the test user) into `namespace`,
 /// for a sidecar started with `--leader-election-namespace=<namespace>`.
 pub async fn grant_lease_role(namespace: &str) {
-    grant_lease_role_from(&ShippedRbac::load(), namespace).await;
+    grant_lease_role_for(Rbac::Shipped, namespace).await;
 }
 
-async fn grant_lease_role_from(rbac: &ShippedRbac, namespace: &str) {
+/// Puts `rbac`'s leader-election Role and its binding (to its test user) into `namespace`.
+pub async fn grant_lease_role_for(rbac: Rbac, namespace: &str) {
+    grant_lease_role_from(rbac, &rbac.load(), namespace).await;
+}
+
+async fn grant_lease_role_from(rbac: Rbac, objects: &ShippedRbac, namespace: &str) {
     let client = cluster().await.client.clone();
-    let mut role = rbac.role.clone();
+    let mut role = objects.role.clone();
     strip_server_fields(&mut role.metadata);
     role.metadata.namespace = Some(namespace.into());
     apply(&Api::<Role>::namespaced(client.clone(), namespace), &role).await;
-    let mut binding = rbac.role_binding.clone();
+    let mut binding = objects.role_binding.clone();
     strip_server_fields(&mut binding.metadata);
     binding.metadata.namespace = Some(namespace.into());
-    binding.subjects = Some(test_user());
+    binding.subjects = Some(subjects(rbac));
     apply(&Api::<RoleBinding>::namespaced(client, namespace), &binding).await;
     let first = first_rule(role.rules.as_deref(), "Role");
-    wait_until_authorized(&first, Some(namespace)).await;
+    wait_until_authorized(rbac, &first, Some(namespace)).await;
 }
 
 fn strip_server_fields(meta: &mut kube::api::ObjectMeta) {
@@ -199,14 +308,16 @@ fn first_rule(
 /// RBAC changes reach the API server's authorizer through a watch, a moment after they were
 /// written; ask it (as the admin, about the test user) until it agrees.
 async fn wait_until_authorized(
+    rbac: Rbac,
     (group, resource, verb): &(String, String, String),
     ns: Option<&str>,
 ) {
+    let user = rbac.user();
     let client = cluster().await.client.clone();
     let reviews: Api<SubjectAccessReview> = Api::all(client);
     let review = SubjectAccessReview {
         spec: SubjectAccessReviewSpec {
-            user: Some(PROVISIONER_USER.into()),
+            user: Some(user.into()),
             resource_attributes: Some(ResourceAttributes {
                 group: Some(group.clone()),
                 resource: Some(resource.clone()),
@@ -219,7 +330,7 @@ async fn wait_until_authorized(
         ..Default::default()
     };
     wait_for(
-        &format!("{PROVISIONER_USER} to be allowed to {verb} {resource} ({ns:?})"),
+        &format!("{user} to be allowed to {verb} {resource} ({ns:?})"),
         Duration::from_secs(30),
         || async {
             let answer = reviews

@@ -21,8 +21,8 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 
 use super::{
-    ChildProcess, PvcFixture, StorageClassFixture, TestNamespace, cluster, grant_lease_role,
-    grant_provisioner_rbac, unique_name, wait_for, workspace_bin,
+    ChildProcess, PvcFixture, Rbac, StorageClassFixture, TestNamespace, cluster,
+    grant_lease_role_for, grant_rbac, unique_name, wait_for, workspace_bin,
 };
 
 /// How long end-to-end steps may take before a test fails (a correctness
@@ -32,7 +32,7 @@ pub const DEADLINE: Duration = Duration::from_secs(90);
 /// Which sidecar a side-by-side test runs next to the rig's driver.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sidecar {
-    /// The upstream Go sidecar (v6.3.0) built by the test bed.
+    /// The upstream Go sidecar (v6.4.0) built by the test bed.
     Upstream,
     Ours,
 }
@@ -44,6 +44,7 @@ pub struct RigBuilder {
     class: Option<Box<dyn FnOnce(StorageClassFixture) -> StorageClassFixture + Send>>,
     start_sidecar: bool,
     kubeconfig: Option<PathBuf>,
+    rbac: Rbac,
     sidecar_binary: Option<PathBuf>,
 }
 
@@ -79,6 +80,12 @@ impl RigBuilder {
     /// (which has exactly the rights of deploy/kubernetes/rbac.yaml).
     pub fn kubeconfig(mut self, path: PathBuf) -> Self {
         self.kubeconfig = Some(path);
+        self
+    }
+
+    /// Run the sidecar under the RBAC upstream v6.4.0 ships instead of ours (`Rbac::Upstream`).
+    pub fn rbac(mut self, rbac: Rbac) -> Self {
+        self.rbac = rbac;
         self
     }
 
@@ -135,12 +142,14 @@ impl RigBuilder {
         // By default the sidecar runs as the non-admin user under the shipped RBAC: the
         // ClusterRole, and the leader-election Role in the rig's namespace (the Lease namespace
         // of tests that pass `--leader-election-namespace=<rig namespace>`).
-        let kubeconfig = self
-            .kubeconfig
-            .unwrap_or_else(|| cluster.provisioner_kubeconfig.clone());
-        if kubeconfig == cluster.provisioner_kubeconfig {
-            grant_provisioner_rbac().await;
-            grant_lease_role(&ns.name).await;
+        let under_rbac = match self.rbac {
+            Rbac::Shipped => cluster.provisioner_kubeconfig.clone(),
+            Rbac::Upstream => cluster.upstream_rbac_kubeconfig.clone(),
+        };
+        let kubeconfig = self.kubeconfig.unwrap_or_else(|| under_rbac.clone());
+        if kubeconfig == under_rbac {
+            grant_rbac(self.rbac).await;
+            grant_lease_role_for(self.rbac, &ns.name).await;
         }
         let mut args = vec![
             format!("--csi-address={}", driver.csi_address()),
@@ -195,6 +204,7 @@ impl Rig {
             class: None,
             start_sidecar: true,
             kubeconfig: None,
+            rbac: Rbac::Shipped,
             sidecar_binary: None,
         }
     }
@@ -443,6 +453,47 @@ impl Rig {
         };
         Api::<CSINode>::all(self.client.clone())
             .create(&PostParams::default(), &csinode)
+            .await
+            .expect("creating a CSINode");
+        name
+    }
+
+    /// Creates a Node with `labels` whose CSINode does not list the rig's driver (the labels are
+    /// there, the driver is not: another driver's node, say).
+    pub async fn node_without_driver(&self, labels: &[(&str, &str)]) -> String {
+        use k8s_openapi::api::core::v1::Node;
+        use k8s_openapi::api::storage::v1::{CSINode, CSINodeSpec};
+        use kube::api::ObjectMeta;
+        let name = unique_name("node");
+        let meta = |labels: Option<std::collections::BTreeMap<String, String>>| ObjectMeta {
+            name: Some(name.clone()),
+            labels,
+            ..Default::default()
+        };
+        let labels = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Api::<Node>::all(self.client.clone())
+            .create(
+                &PostParams::default(),
+                &Node {
+                    metadata: meta(Some(labels)),
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("creating a Node");
+        Api::<CSINode>::all(self.client.clone())
+            .create(
+                &PostParams::default(),
+                &CSINode {
+                    metadata: meta(None),
+                    spec: CSINodeSpec {
+                        drivers: Vec::new(),
+                    },
+                },
+            )
             .await
             .expect("creating a CSINode");
         name
