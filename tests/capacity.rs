@@ -342,7 +342,7 @@ async fn capacity_of(upstream: bool) -> Seen {
     seen
 }
 
-/// The same objects as the upstream sidecar (v6.3) makes, on the same scenario.
+/// The same objects as the upstream sidecar (v6.4) makes, on the same scenario.
 #[tokio::test]
 async fn capacity_objects_are_upstreams() {
     let upstream = capacity_of(true).await;

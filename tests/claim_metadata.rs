@@ -2,7 +2,7 @@
 //! its PV (`--copy-pvc-labels`; upstream #760/#731, never built there), and the listed labels and
 //! annotations of the claim and of its namespace sent to the driver as `CreateVolume` parameters
 //! (`--extra-create-metadata-{pvc,namespace}-{labels,annotations}`; upstream #86, PR #1531 for the
-//! namespace's). Side by side with upstream v6.3, which has neither: without the flags ours sends
+//! namespace's). Side by side with upstream v6.4, which has neither: without the flags ours sends
 //! and copies exactly what it does.
 
 mod support;
@@ -151,7 +151,7 @@ async fn only_the_listed_claim_and_namespace_metadata_reach_the_driver() {
     ]
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .into();
-    assert_eq!(upstream, extra_create_metadata, "upstream v6.3");
+    assert_eq!(upstream, extra_create_metadata, "upstream v6.4");
     assert_eq!(ours_default, upstream, "nothing more unless listed");
 
     let ours = parameters_sent(Sidecar::Ours, &METADATA_FLAGS).await;

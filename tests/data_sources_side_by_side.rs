@@ -1,4 +1,4 @@
-//! Restore and clone, side by side with upstream: the upstream Go sidecar (v6.3.0) and ours, each
+//! Restore and clone, side by side with upstream: the upstream Go sidecar (v6.4.0) and ours, each
 //! next to a test driver of its own with the same capabilities, on the same scenarios. What the
 //! backend is asked (the restored or cloned volume's size, parameters and content source), the
 //! PV saved and the events on the claims must be the same; where they differ on purpose it is in

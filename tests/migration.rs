@@ -1,4 +1,4 @@
-//! CSI migration side by side with upstream: the upstream Go sidecar (v6.3.0) and ours, each
+//! CSI migration side by side with upstream: the upstream Go sidecar (v6.4.0) and ours, each
 //! next to a test driver that calls itself `ebs.csi.aws.com` (the CSI driver the in-tree
 //! `kubernetes.io/aws-ebs` plugin was migrated to), on the same in-tree StorageClass and claim.
 //! kube-controller-manager hands such a claim to `ebs.csi.aws.com`; the sidecar must translate the

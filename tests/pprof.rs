@@ -214,7 +214,7 @@ fn profile_shape(profile: &[u8]) -> Vec<String> {
     shape
 }
 
-/// What an operator's tools see of `--enable-pprof`, from upstream v6.3 and from ours on the
+/// What an operator's tools see of `--enable-pprof`, from upstream v6.4 and from ours on the
 /// same flags: the CPU profile's path, type and shape as `go tool pprof` reads it, the command
 /// line, an unknown profile's answer. The one difference (docs/compatibility.md): Go's heap
 /// profile, which upstream serves and ours answers 501.
@@ -254,7 +254,7 @@ async fn upstream_and_ours_serve_the_same_profile_paths() {
     }
     eprintln!("side by side: {seen:#?}");
     let (upstream, ours) = (&seen[0], &seen[1]);
-    assert_eq!(ours.1, upstream.1, "ours (left) and upstream v6.3 (right)");
+    assert_eq!(ours.1, upstream.1, "ours (left) and upstream v6.4 (right)");
     assert!(
         upstream.1.3.iter().any(|l| l.contains("cpu")),
         "a CPU profile: {:?}",

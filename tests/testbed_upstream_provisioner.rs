@@ -1,8 +1,8 @@
-//! The reference behaviour: the upstream Go external-provisioner (v6.3.0) with k8s's in-memory
+//! The reference behaviour: the upstream Go external-provisioner (v6.4.0) with k8s's in-memory
 //! mock CSI driver provisions and deletes a claim on our control plane. Our sidecar's end-to-end
 //! tests are compared against what this test observes.
 //!
-//! Observed on v6.3.0 against kube-controller-manager v1.36.3 (asserted below unless marked):
+//! Observed on v6.4.0 against kube-controller-manager v1.36.3 (asserted below unless marked):
 //! - the PV is named `pvc-<claim uid>`, and that name is the CSI volume name (the mock echoes it
 //!   back in the volume context, which lands in `spec.csi.volumeAttributes["name"]`); the
 //!   CreateVolume request carries only name, capacity and one mount capability (no parameters,

@@ -43,8 +43,14 @@ const NOT_IN_A_RELEASE: [&str; 4] = [
 /// The modules whose sources define the keys upstream's sidecar uses, and the version of the
 /// release the docs name where it is pinned (the others: what that release builds with).
 const MODULES: &[(&str, Option<&str>)] = &[
-    ("github.com/kubernetes-csi/external-provisioner/v6", Some("v6.4.0")),
-    ("sigs.k8s.io/sig-storage-lib-external-provisioner/v13", Some("v13.1.0")),
+    (
+        "github.com/kubernetes-csi/external-provisioner/v6",
+        Some("v6.4.0"),
+    ),
+    (
+        "sigs.k8s.io/sig-storage-lib-external-provisioner/v13",
+        Some("v13.1.0"),
+    ),
     ("k8s.io/api", None),
     ("k8s.io/csi-translation-lib", None),
 ];

@@ -227,6 +227,11 @@ fn context(
     // Upstream's event source: `<driver>_<hostname>_<uuid>`, no host.
     let component = format!("{}_{}_{}", info.name, shared.host, random_uuid());
     info!(%component, "recording events");
+    let intents = IntentReleaser::start(
+        clients.background.clone(),
+        claims.clone(),
+        caches.claims.clone(),
+    );
     Arc::new(Context {
         client: clients.work.clone(),
         csi,
@@ -236,8 +241,8 @@ fn context(
         metrics: shared.metrics,
         leader: shared.gate,
         caches,
-        claims: claims.clone(),
-        intents: IntentReleaser::start(clients.background.clone(), claims),
+        claims,
+        intents,
         intent,
         volumes: VolumeMemory::new(tuning.retry_start, tuning.retry_max),
         capacity: shared.capacity,

@@ -146,10 +146,7 @@ pub async fn run(cfg: Config, stop: CancellationToken) -> Result<(), FatalError>
         Some(c) => Some(Capacity::prepare(c, &clients, &driver.info, &mut registry).await?),
     };
     let (options, tuning) =
-        provisioning_options(provisioning, metadata, feature_gates, &clients).await;
-    access::check(&clients.work, &access::needs(&options))
-        .await
-        .map_err(FatalError::Rbac)?;
+        provisioning_options(provisioning, metadata, feature_gates, &clients).await?;
 
     let host = hostname();
     let mut leadership = Leadership::new(
@@ -199,13 +196,14 @@ pub async fn run(cfg: Config, stop: CancellationToken) -> Result<(), FatalError>
 /// The provisioning and metadata flags and the feature gates, split between
 /// what shapes each request and PV and what paces the controllers. Without
 /// `--feature-gates=VolumeAttributesClass=...`, as upstream, the gate is on
-/// unless the API server does not serve the kind.
+/// unless the API server does not serve the kind. The account must be allowed
+/// what the opt-in features need (`access`).
 async fn provisioning_options(
     provisioning: ProvisioningConfig,
     metadata: MetadataConfig,
     gates: FeatureGates,
     clients: &Clients,
-) -> (ProvisionOptions, Tuning) {
+) -> Result<(ProvisionOptions, Tuning), FatalError> {
     let ProvisioningConfig {
         volume_name_prefix,
         volume_name_uuid_length,
@@ -259,7 +257,10 @@ async fn provisioning_options(
         snapshot_sweep: snapshot_orphan_sweep_interval,
         admission_intent,
     };
-    (options, tuning)
+    access::check(&clients.work, &access::needs(&options))
+        .await
+        .map_err(FatalError::Rbac)?;
+    Ok((options, tuning))
 }
 
 fn hostname() -> String {

@@ -25,7 +25,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::PostParams;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
@@ -35,6 +35,7 @@ use super::memory::ClaimMemory;
 use crate::controller::Context;
 use crate::keys;
 use crate::kube::fresh::{Fresh, Freshness};
+use crate::kube::slim::Claim;
 use crate::kube::update;
 use crate::kube::{get_fresh, is_conflict, is_invalid, is_not_found};
 use crate::provision::ClaimView;
@@ -182,9 +183,6 @@ struct Release {
     namespace: String,
     name: String,
     uid: String,
-    /// The claim as the watch showed it bound (a whole copy: a claim holding the intent is not
-    /// trimmed), the start of the first try; a retry reads it fresh.
-    seen: Option<Box<PersistentVolumeClaim>>,
     /// Failed attempts so far, for the backoff between retries.
     failures: u32,
 }
@@ -203,8 +201,9 @@ const RETRY_MAX: Duration = Duration::from_secs(60);
 
 impl IntentReleaser {
     /// Starts the worker on the current runtime. `client` should be the
-    /// background lane's.
-    pub fn start(client: Client, memory: Arc<ClaimMemory>) -> IntentReleaser {
+    /// background lane's; `claims` is the claim cache, whose copy of a claim at
+    /// the time of its release is where the update starts.
+    pub fn start(client: Client, memory: Arc<ClaimMemory>, claims: Store<Claim>) -> IntentReleaser {
         let (queue, rx) = mpsc::unbounded_channel();
         let pending: Arc<Mutex<HashSet<String>>> = Arc::default();
         let releaser = IntentReleaser {
@@ -213,10 +212,15 @@ impl IntentReleaser {
         };
         let stream = tokio_stream_from(rx);
         tokio::spawn(stream.for_each_concurrent(CONCURRENCY, move |r: Release| {
-            let (client, memory, pending, queue) =
-                (client.clone(), memory.clone(), pending.clone(), queue.clone());
+            let (client, memory, pending, queue, claims) = (
+                client.clone(),
+                memory.clone(),
+                pending.clone(),
+                queue.clone(),
+                claims.clone(),
+            );
             async move {
-                match release(&client, &r).await {
+                match release(&client, &claims, &r).await {
                     Ok(()) => {
                         memory.mark_intent_released(&r.uid);
                         pending.lock().expect("poisoned").remove(&r.uid);
@@ -226,7 +230,6 @@ impl IntentReleaser {
                         warn!(claim = %format!("{}/{}", r.namespace, r.name), error = %e, retry_in = ?delay, "releasing the intent failed");
                         let r = Release {
                             failures: r.failures.saturating_add(1),
-                            seen: None,
                             ..r
                         };
                         tokio::spawn(async move {
@@ -255,7 +258,6 @@ impl IntentReleaser {
             namespace: view.namespace().to_string(),
             name: view.name().to_string(),
             uid: view.uid().to_string(),
-            seen: Some(Box::new(claim.clone())),
             failures: 0,
         });
     }
@@ -267,13 +269,18 @@ fn tokio_stream_from<T: Send + 'static>(
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
-/// Removes the intent (an update of the claim with this UID; a claim without it, gone, or
-/// re-created under its name is fine).
-async fn release(client: &Client, r: &Release) -> Result<(), kube::Error> {
+/// Removes the intent: an update of the claim with this UID, starting from the claim cache's
+/// copy as it is now (whole: a claim holding the intent is not trimmed), which by the time the
+/// background lane sends has usually seen the binder's last write, so that the update needs no
+/// read; a claim without the intent, gone, or re-created under its name is fine.
+async fn release(client: &Client, claims: &Store<Claim>, r: &Release) -> Result<(), kube::Error> {
     debug!(claim = %format!("{}/{}", r.namespace, r.name), "releasing the intent");
     let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &r.namespace);
-    let seen = r.seen.as_deref().cloned();
-    update::edit(&api, &r.name, &r.uid, seen, |c| {
+    let cached = claims
+        .get(&ObjectRef::new(&r.name).within(&r.namespace))
+        .map(|c| c.0.clone())
+        .filter(|c| ClaimView(c).uid() == r.uid);
+    update::edit(&api, &r.name, &r.uid, cached, |c| {
         update::remove_finalizer(c, keys::FINALIZER_PVC_INTENT)
     })
     .await

@@ -196,6 +196,7 @@ impl Rig {
             Duration::from_secs(1),
             Duration::from_secs(300),
         ));
+        let intents = IntentReleaser::start(client.clone(), memory.clone(), claims.clone());
         let ctx = Context {
             client: client.clone(),
             csi,
@@ -219,7 +220,7 @@ impl Rig {
                 namespaces: None,
             },
             claims: memory.clone(),
-            intents: IntentReleaser::start(client, memory),
+            intents,
             intent: IntentMode::Write,
             volumes: VolumeMemory::new(Duration::from_secs(1), Duration::from_secs(300)),
             capacity: None,

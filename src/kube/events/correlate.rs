@@ -12,7 +12,7 @@
 //!    Warning) about one object at once, then one per 5 minutes; the rest are
 //!    not sent. They are still counted, so the next Event sent carries the true
 //!    count. (client-go keyed this budget on source and object alone before
-//!    Kubernetes 1.32; upstream v6.3 is built with the type in the key.)
+//!    Kubernetes 1.32; upstream v6.4 is built with the type in the key.)
 //!
 //! A claim whose provisioning keeps failing gets 25 Warnings and then about
 //! one per 5 minutes, not one per retry: the requests go to work instead of

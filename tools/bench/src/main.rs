@@ -578,7 +578,12 @@ impl Machine {
                     ""
                 }
             ),
-            go_mod: std::fs::read_to_string(repo.join("testbed/go.mod")).unwrap_or_default(),
+            // The control plane's module, then the upstream sidecar's (testbed/upstream).
+            go_mod: ["testbed/go.mod", "testbed/upstream/go.mod"]
+                .iter()
+                .filter_map(|f| std::fs::read_to_string(repo.join(f)).ok())
+                .collect::<Vec<_>>()
+                .join("\n"),
         }
     }
 

@@ -874,7 +874,8 @@ async fn crash_at_step(
         ("create", "persistentvolumes"),
         ("delete", "persistentvolumes"),
         ("patch", "persistentvolumes"),
-        ("patch", "persistentvolumeclaims"),
+        // Both sidecars edit claims with `update` (the verb upstream's RBAC grants).
+        ("update", "persistentvolumeclaims"),
         ("csi", "CreateVolume"),
         ("csi", "DeleteVolume"),
     ];

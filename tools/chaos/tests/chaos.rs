@@ -275,7 +275,7 @@ async fn issue_486_restart_mid_create_then_delete_leaves_no_volume_with_our_side
 async fn issue_486_leaks_with_the_upstream_sidecar() {
     let (report, table) =
         scenario_and_print(Scenario::Issue486, Sidecar::Upstream, 486, Vec::new()).await;
-    // The reproduction is real: the same steps leak with upstream v6.3.0 (its issue #486).
+    // The reproduction is real: the same steps leak with upstream v6.4.0 (its issue #486, still open).
     let leaks = report
         .invariants
         .iter()
@@ -364,7 +364,7 @@ async fn a_crash_at_every_step_of_provisioning_deletion_and_cleanup_breaks_no_in
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweep_finds_upstreams_leak_when_it_dies_after_create_volume() {
     // The case of #486, reached by the sweep rather than by a scenario written for it:
-    // upstream v6.3 killed once its CreateVolume made the volume, the claim deleted while it
+    // upstream v6.4 killed once its CreateVolume made the volume, the claim deleted while it
     // is down. Shows the sweep's verdict can fail.
     let opts = SweepOptions {
         only: Some(("CreateVolume #1".into(), Point::After, true)),
@@ -412,7 +412,7 @@ async fn time_travel_onto_a_lagging_api_server_creates_and_deletes_nothing_with_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn time_travel_catches_a_sidecar_that_lists_from_the_api_servers_cache() {
-    // Upstream v6.3's client-go streams its initial lists (consistent reads) and waits out
+    // Upstream v6.4's client-go streams its initial lists (consistent reads) and waits out
     // the partition like ours; told to list as clients without WatchListClient do
     // (`resourceVersion=0`, served from the lagging cache), it provisions the deleted claim
     // again. Shows the scenario's verdict can fail.
