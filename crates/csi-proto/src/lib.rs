@@ -1,4 +1,4 @@
-//! CSI v1 wire types and gRPC stubs generated from `proto/csi.proto` (spec v1.12.0), plus a
+//! CSI v1 wire types and gRPC stubs generated from `proto/csi.proto` (spec v1.14.0), plus a
 //! client channel over a unix socket.
 //!
 //! Every message with a `secrets` field has a generated `Debug` that never prints the secret
