@@ -1,5 +1,5 @@
 //! CSI v1 wire types and gRPC stubs generated from `proto/csi.proto` (spec v1.14.0), plus a
-//! client channel over a unix socket.
+//! client channel over a unix socket. `tests/spec.rs` checks the proto against the spec's own.
 //!
 //! Every message with a `secrets` field has a generated `Debug` that never prints the secret
 //! values (see `build.rs`), so `{:?}` of a request is safe to log.
