@@ -227,9 +227,14 @@ impl CsiClient {
 
     /// `NodeGetInfo`: the node's id and topology (`--node-deployment`).
     pub async fn node_get_info(&self) -> Result<pb::NodeGetInfoResponse, Status> {
+        // The topology comes from the node plugin, as upstream v6.4 (spec v1.13, without
+        // `controller_get_node_info`) has it.
+        let request = pb::NodeGetInfoRequest {
+            controller_get_node_info: false,
+        };
         self.call(
             "/csi.v1.Node/NodeGetInfo",
-            self.node().node_get_info(pb::NodeGetInfoRequest {}),
+            self.node().node_get_info(request),
         )
         .await
     }

@@ -785,7 +785,6 @@ impl Driver {
                     volume: Some(self.volume_message(volume)),
                     status: published_nodes.then(|| v1::list_volumes_response::VolumeStatus {
                         published_node_ids: volume.published_nodes.keys().cloned().collect(),
-                        volume_condition: None,
                     }),
                 })
                 .collect(),
@@ -852,7 +851,6 @@ impl Driver {
             volume: Some(self.volume_message(volume)),
             status: Some(v1::controller_get_volume_response::VolumeStatus {
                 published_node_ids: volume.published_nodes.keys().cloned().collect(),
-                volume_condition: None,
             }),
         })
     }
@@ -1156,6 +1154,8 @@ fn snapshot_message(snapshot: &SnapshotRecord) -> v1::Snapshot {
         }),
         ready_to_use: true,
         group_snapshot_id: String::new(),
+        // Usable everywhere: the driver does not advertise SNAPSHOT_ACCESSIBILITY_CONSTRAINTS.
+        accessible_topology: Vec::new(),
     }
 }
 
@@ -1310,6 +1310,22 @@ impl v1::controller_server::Controller for CsiService {
             .serve("ListVolumes", r, Driver::list_volumes, None)
             .await
     }
+    async fn controller_list_volume_health(
+        &self,
+        r: Request<v1::ControllerListVolumeHealthRequest>,
+    ) -> Reply<v1::ControllerListVolumeHealthResponse> {
+        self.0
+            .serve("ControllerListVolumeHealth", r, unimplemented, None)
+            .await
+    }
+    async fn controller_get_volume_health(
+        &self,
+        r: Request<v1::ControllerGetVolumeHealthRequest>,
+    ) -> Reply<v1::ControllerGetVolumeHealthResponse> {
+        self.0
+            .serve("ControllerGetVolumeHealth", r, unimplemented, None)
+            .await
+    }
     async fn get_capacity(
         &self,
         r: Request<v1::GetCapacityRequest>,
@@ -1413,6 +1429,14 @@ impl v1::controller_server::Controller for CsiService {
             )
             .await
     }
+    async fn controller_get_node_info(
+        &self,
+        r: Request<v1::ControllerGetNodeInfoRequest>,
+    ) -> Reply<v1::ControllerGetNodeInfoResponse> {
+        self.0
+            .serve("ControllerGetNodeInfo", r, unimplemented, None)
+            .await
+    }
 }
 
 #[tonic::async_trait]
@@ -1460,6 +1484,22 @@ impl v1::node_server::Node for CsiService {
     ) -> Reply<v1::NodeGetVolumeStatsResponse> {
         self.0
             .serve("NodeGetVolumeStats", r, unimplemented, None)
+            .await
+    }
+    async fn node_get_volume_health(
+        &self,
+        r: Request<v1::NodeGetVolumeHealthRequest>,
+    ) -> Reply<v1::NodeGetVolumeHealthResponse> {
+        self.0
+            .serve("NodeGetVolumeHealth", r, unimplemented, None)
+            .await
+    }
+    async fn node_get_storage_health(
+        &self,
+        r: Request<v1::NodeGetStorageHealthRequest>,
+    ) -> Reply<v1::NodeGetStorageHealthResponse> {
+        self.0
+            .serve("NodeGetStorageHealth", r, unimplemented, None)
             .await
     }
     async fn node_expand_volume(
