@@ -37,6 +37,11 @@ pub const FINALIZER_PV: &str = "external-provisioner.volume.kubernetes.io/finali
 /// volume is deleted. Upstream has no equivalent (its issue #486); see
 /// docs/compatibility.md.
 pub const FINALIZER_PVC_INTENT: &str = "csi-provisioner.rs/provisioning-intent";
+/// Claim label, ours: put on with the intent by deploy/kubernetes/provisioning-intent-policy.yaml
+/// (the value is the driver's name) and taken off with it by release-intent-policy.yaml, so that
+/// one list of the claims pending for our driver answers a freshness round claim by claim,
+/// whatever the number of bound claims (docs/compatibility.md). The sidecar only reads it.
+pub const LABEL_PROVISIONING: &str = "csi-provisioner.rs/provisioning";
 /// Annotation on a claim deleted during provisioning: the handle of its backend volume,
 /// written before that volume is deleted, so that a retried cleanup (after a lost
 /// response, a restart or a leader change) deletes it again instead of creating a new

@@ -85,6 +85,25 @@ pub struct StageLabels {
     pub stage: String,
 }
 
+/// How a claim's freshness check was answered
+/// (`csi_provisioner_freshness_checks_total`): `alone` (read on its own:
+/// nothing else waited), `caught_up` (the cache caught up with a shared
+/// round's version), `timed_out` (it did not, in time: a listing round then
+/// answers), `listed` (a listing round answered the claim itself), `failed`
+/// (the API server could not be asked: read on its own).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FreshnessLabels {
+    pub outcome: String,
+}
+
+/// A kind of freshness round (`csi_provisioner_freshness_round_size`):
+/// `version` (a list of at most one claim, for the API server's version) or
+/// `listing` (the claims pending for us, each answering for itself).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RoundLabels {
+    pub round: String,
+}
+
 /// An object kind, for `csi_provisioner_stale_cache_answers_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ObjectLabels {
@@ -141,6 +160,10 @@ pub struct Metrics {
     /// claims holding the intent or waiting, read at scrape time.
     pub provision_stage: HistogramFamily<StageLabels>,
     pub stale_cache_answers: Family<ObjectLabels, Counter>,
+    /// Ours: how each freshness check (policy mode) was answered, and how
+    /// many claims each round served.
+    pub freshness_checks: Family<FreshnessLabels, Counter>,
+    pub freshness_round_size: HistogramFamily<RoundLabels>,
     claims: ClaimCollector,
 }
 
@@ -155,6 +178,13 @@ fn csi_histogram() -> Histogram {
 
 fn default_histogram() -> Histogram {
     Histogram::new(DEFAULT_BUCKETS)
+}
+
+/// Claims per round: 1 to 2,048.
+fn round_size_histogram() -> Histogram {
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        1.0, 2.0, 12,
+    ))
 }
 
 fn workqueue_histogram() -> Histogram {
@@ -182,6 +212,8 @@ impl Metrics {
             scrapes_in_flight: Gauge::default(),
             provision_stage: Family::new_with_constructor(csi_histogram),
             stale_cache_answers: Family::default(),
+            freshness_checks: Family::default(),
+            freshness_round_size: Family::new_with_constructor(round_size_histogram),
             claims: ClaimCollector::default(),
         };
         for object in ["claim", "pv"] {
@@ -312,7 +344,35 @@ impl Metrics {
             "Authoritative checks that found the cached copy stale (a fenced write refused, a round or read showing a newer object), by object",
             self.stale_cache_answers.clone(),
         );
+        registry.register(
+            "csi_provisioner_freshness_checks",
+            "Freshness checks of policy mode by how they were answered: alone (read on its own), caught_up (the cache caught up with a shared round), timed_out (it did not in time), listed (a listing round answered the claim itself), failed",
+            self.freshness_checks.clone(),
+        );
+        registry.register(
+            "csi_provisioner_freshness_round_size",
+            "Claims one freshness round answered, by round: version (the API server's version of claims) or listing (the claims pending for us)",
+            self.freshness_round_size.clone(),
+        );
         registry.register_collector(Box::new(self.claims.clone()));
+    }
+
+    /// Counts one freshness check answered so (`FreshnessLabels`).
+    pub fn freshness(&self, outcome: &str) {
+        self.freshness_checks
+            .get_or_create(&FreshnessLabels {
+                outcome: outcome.into(),
+            })
+            .inc();
+    }
+
+    /// Records the members of one freshness round of kind `round`.
+    pub fn round(&self, round: &str, members: usize) {
+        self.freshness_round_size
+            .get_or_create(&RoundLabels {
+                round: round.into(),
+            })
+            .observe(members as f64);
     }
 
     /// Where the claim gauges are read from at scrape time (the claim cache,

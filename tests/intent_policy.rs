@@ -29,6 +29,8 @@ use support::{DEADLINE, Rig, wait_for};
 #[derive(Default, Debug)]
 struct History {
     intent_before_bound: BTreeMap<String, bool>,
+    /// The value of the label the policy puts on with the intent, per claim, before it was bound.
+    label_before_bound: BTreeMap<String, String>,
     managers: BTreeSet<String>,
 }
 
@@ -65,6 +67,14 @@ async fn record(claims: Api<PersistentVolumeClaim>, until_bound: usize) -> Histo
         let seen = history.intent_before_bound.entry(name.clone()).or_default();
         if !bound.contains(&name) {
             *seen |= holds_intent(&c);
+            if let Some(v) = c
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(keys::LABEL_PROVISIONING))
+            {
+                history.label_before_bound.insert(name.clone(), v.clone());
+            }
         }
         if is_bound {
             bound.insert(name);
@@ -109,11 +119,25 @@ async fn the_control_plane_makes_the_intent_and_the_sidecar_changes_nothing_on_t
         history.managers
     );
     assert!(history.managers.contains("kube-controller-manager"));
-    // The binder's update dropped the intents.
+    // With the intent came the label that lists the claims pending for the driver.
+    assert_eq!(history.label_before_bound.len(), 5, "{history:?}");
+    assert!(
+        history
+            .label_before_bound
+            .values()
+            .all(|v| *v == rig.driver_name),
+        "{history:?}"
+    );
+    // The binder's update dropped the intents, and the labels with them.
     let claims = rig.claims();
     for i in 0..5 {
         let c = claims.get(&format!("data-{i}")).await.unwrap();
         assert!(!holds_intent(&c), "data-{i}: {:?}", c.metadata.finalizers);
+        let labels = c.metadata.labels.unwrap_or_default();
+        assert!(
+            !labels.contains_key(keys::LABEL_PROVISIONING),
+            "data-{i}: {labels:?}"
+        );
     }
     let ledger = rig.ledger().await;
     assert_eq!(ledger.volumes.len(), 5, "one volume each: {ledger:#?}");

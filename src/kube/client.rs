@@ -13,12 +13,14 @@ use super::throttle::ThrottleLayer;
 #[error("failed to build the Kubernetes client: {0}")]
 pub struct ClientError(String);
 
-/// How many API requests one of our clients has in flight at most.
-/// kube-rs speaks HTTP/1.1 (client-go multiplexes one HTTP/2 connection), so
-/// every request in flight is a TLS connection of its own, about 90 KiB each
-/// with its buffers, and `--worker-threads` (100) reconciles would keep a
-/// hundred open. Watches hold a slot only until their response starts.
-const REQUESTS_IN_FLIGHT: usize = 16;
+/// How many API requests one of our clients has in flight at most, unless
+/// told otherwise. kube-rs speaks HTTP/1.1 (client-go multiplexes one HTTP/2
+/// connection), so every request in flight is a TLS connection of its own,
+/// about 90 KiB each with its buffers. The work client allows as many as
+/// `--worker-threads`: fewer would queue a claim's request behind the others'
+/// where upstream's would be on its way. Watches hold a slot only until their
+/// response starts.
+pub const REQUESTS_IN_FLIGHT: usize = 16;
 
 /// What our requests say they come from.
 pub fn user_agent() -> String {
@@ -31,12 +33,22 @@ pub fn user_agent() -> String {
 }
 
 /// A client from the kubeconfig at `kubeconfig` (in-cluster config without
-/// one), talking to `master` when given, with at most
-/// [`REQUESTS_IN_FLIGHT`] requests in flight and an optional rate limit.
+/// one), talking to `master` when given, with at most [`REQUESTS_IN_FLIGHT`]
+/// requests in flight and an optional rate limit.
 pub async fn build(
     kubeconfig: Option<&Path>,
     master: Option<&str>,
     throttle: Option<ThrottleLayer>,
+) -> Result<Client, ClientError> {
+    build_with(kubeconfig, master, throttle, REQUESTS_IN_FLIGHT).await
+}
+
+/// [`build`], with at most `in_flight` requests in flight.
+pub async fn build_with(
+    kubeconfig: Option<&Path>,
+    master: Option<&str>,
+    throttle: Option<ThrottleLayer>,
+    in_flight: usize,
 ) -> Result<Client, ClientError> {
     let err = |e: &dyn std::fmt::Display| ClientError(e.to_string());
     let mut config = match kubeconfig {
@@ -55,11 +67,12 @@ pub async fn build(
     // (<os>/<arch>)`): audit logs and managedFields say who wrote.
     let agent = http::HeaderValue::from_str(&user_agent()).map_err(|e| err(&e))?;
     config.headers.push((http::header::USER_AGENT, agent));
+    // Innermost first: the dispatch signal fires once a token and a
+    // connection slot were had (`dispatch`).
     let builder = kube::client::ClientBuilder::try_from(config)
         .map_err(|e| err(&e))?
-        .with_layer(&tower::limit::ConcurrencyLimitLayer::new(
-            REQUESTS_IN_FLIGHT,
-        ));
+        .with_layer(&super::dispatch::DispatchLayer)
+        .with_layer(&tower::limit::ConcurrencyLimitLayer::new(in_flight.max(1)));
     Ok(match throttle {
         None => builder.build(),
         Some(layer) => builder.with_layer(&layer).build(),

@@ -47,20 +47,27 @@ impl TokenBucket {
     }
 }
 
-/// Which requests a client sends. Both lanes share one bucket, so together
-/// they never exceed `--kube-api-qps`; the background lane (events, dropping
-/// an intent that is no longer needed) takes a token only while no request of
-/// the work lane is waiting for one, so reports and tidying never delay
-/// provisioning or deletion. client-go gets a similar effect by accident: its
+/// Which requests a client sends. The lanes share one bucket, so together
+/// they never exceed `--kube-api-qps`. The priority lane (the caches'
+/// watches, and the freshness rounds that many claims wait on) takes the next
+/// token ahead of the work lane: a watch that (re)starts behind a hundred
+/// queued PV creates would freeze its cache for as long, and a round serves
+/// every claim waiting on it. The background lane (events, dropping an intent
+/// that is no longer needed) takes a token only while no request of the other
+/// lanes is waiting for one, so reports and tidying never delay provisioning
+/// or deletion. client-go gets a similar effect for events by accident: its
 /// one event goroutine queues behind every worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lane {
+    Priority,
     Work,
     Background,
 }
 
 struct Shared {
     bucket: TokenBucket,
+    /// Whether a priority-lane request is waiting for a token right now.
+    priority_waiting: bool,
     /// Whether a work-lane request is waiting for a token right now.
     work_waiting: bool,
 }
@@ -74,8 +81,26 @@ impl SharedBucket {
     pub fn new(qps: f32, burst: u32) -> SharedBucket {
         SharedBucket(Arc::new(Mutex::new(Shared {
             bucket: TokenBucket::new(qps, burst),
+            priority_waiting: false,
             work_waiting: false,
         })))
+    }
+
+    /// Takes a token for `lane` now, as a request would (tests make the lanes wait so).
+    #[cfg(test)]
+    pub(crate) fn take_for_test(&self, lane: Lane) -> Result<(), Duration> {
+        self.take(lane, tokio::time::Instant::now().into_std())
+    }
+
+    /// The bucket's refill rate, per second.
+    pub fn qps(&self) -> f32 {
+        self.0.lock().expect("bucket poisoned").bucket.qps as f32
+    }
+
+    /// Whether a request of the work lane is waiting for a token: the bucket,
+    /// not the API server, is what provisioning waits on now.
+    pub fn work_is_waiting(&self) -> bool {
+        self.0.lock().expect("bucket poisoned").work_waiting
     }
 
     pub fn layer(&self, lane: Lane) -> ThrottleLayer {
@@ -88,19 +113,35 @@ impl SharedBucket {
     /// Takes a token for `lane` at `now`, or says how long to wait.
     fn take(&self, lane: Lane, now: Instant) -> Result<(), Duration> {
         let mut shared = self.0.lock().expect("bucket poisoned");
-        if lane == Lane::Background && shared.work_waiting {
-            // Look again once the work lane could have had its token.
+        let yields = match lane {
+            Lane::Priority => false,
+            Lane::Work => shared.priority_waiting,
+            Lane::Background => shared.priority_waiting || shared.work_waiting,
+        };
+        if yields {
+            // Look again once the lane ahead could have had its token. A work
+            // request that yields still counts as waiting.
+            if lane == Lane::Work {
+                shared.work_waiting = true;
+            }
             return Err(Duration::from_secs_f64(1.0 / shared.bucket.qps));
         }
         let taken = shared.bucket.take_at(now);
-        if lane == Lane::Work {
-            shared.work_waiting = taken.is_err();
+        match lane {
+            Lane::Priority => shared.priority_waiting = taken.is_err(),
+            Lane::Work => shared.work_waiting = taken.is_err(),
+            Lane::Background => {}
         }
         taken
     }
 
-    fn stop_waiting(&self) {
-        self.0.lock().expect("bucket poisoned").work_waiting = false;
+    fn stop_waiting(&self, lane: Lane) {
+        let mut shared = self.0.lock().expect("bucket poisoned");
+        match lane {
+            Lane::Priority => shared.priority_waiting = false,
+            Lane::Work => shared.work_waiting = false,
+            Lane::Background => {}
+        }
     }
 }
 
@@ -137,8 +178,8 @@ pub struct Throttle<S> {
 
 impl<S> Drop for Throttle<S> {
     fn drop(&mut self) {
-        if self.lane == Lane::Work && self.sleep.is_some() {
-            self.shared.stop_waiting();
+        if self.sleep.is_some() {
+            self.shared.stop_waiting(self.lane);
         }
     }
 }
@@ -238,5 +279,22 @@ mod tests {
             bucket.take(Lane::Background, t2).is_err(),
             "one bucket for both lanes"
         );
+    }
+
+    #[test]
+    fn the_priority_lane_takes_the_next_token_ahead_of_work() {
+        let t0 = Instant::now();
+        let bucket = SharedBucket::new(1.0, 1);
+        assert!(bucket.take(Lane::Work, t0).is_ok());
+        // Both wait for the next token: it is the watch's (or the round's).
+        assert!(bucket.take(Lane::Work, t0).is_err());
+        assert!(bucket.take(Lane::Priority, t0).is_err());
+        let t1 = t0 + Duration::from_secs(1);
+        assert!(bucket.take(Lane::Work, t1).is_err(), "priority waits");
+        assert!(bucket.work_is_waiting(), "work still counts as waiting");
+        assert!(bucket.take(Lane::Priority, t1).is_ok());
+        let t2 = t1 + Duration::from_secs(1);
+        assert!(bucket.take(Lane::Work, t2).is_ok());
+        assert!(!bucket.work_is_waiting());
     }
 }

@@ -30,9 +30,15 @@ use tracing::{debug, info};
 const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 /// Objects per page of a (fallback) paged list.
 const PAGE_SIZE: u32 = 500;
-/// How long a watch request stays open before the server ends it (client-go
-/// picks 5–10 minutes; kube-runtime 290 s).
-const WATCH_TIMEOUT_SECS: u32 = 290;
+/// How long a watch request stays open before the server ends it: as
+/// client-go's reflector picks it, 5 minutes times a random factor in
+/// [1, 2), so that the watches of many clients (and ours of several kinds)
+/// do not all end, and start again, at once.
+const MIN_WATCH_TIMEOUT_SECS: u32 = 300;
+
+fn watch_timeout() -> u32 {
+    MIN_WATCH_TIMEOUT_SECS + rand::random_range(0..MIN_WATCH_TIMEOUT_SECS)
+}
 
 /// How far a cache's store has caught up with the API server: the
 /// resourceVersion of the last event or bookmark it has taken, as a number
@@ -150,27 +156,30 @@ where
     S::Object: Resource<DynamicType = ()> + Sync,
     T: Fn(&mut S::Object) + Send + 'static,
 {
-    stream(source).default_backoff().filter_map(move |seen| {
-        let out = match seen {
-            Err(e) => Some(Err(e)),
-            Ok(Seen::Reached(version)) => {
-                progress.publish(&version);
-                None
-            }
-            Ok(Seen::Event(event, version)) => {
-                let event = kept(event.modify(&trim), keep);
-                if let Some(event) = &event {
-                    writer.apply_watcher_event(event);
-                }
-                // The store shows the change before anyone hears of it.
-                if let Some(version) = version {
+    let kind = S::Object::plural(&()).into_owned();
+    stream(source, kind)
+        .default_backoff()
+        .filter_map(move |seen| {
+            let out = match seen {
+                Err(e) => Some(Err(e)),
+                Ok(Seen::Reached(version)) => {
                     progress.publish(&version);
+                    None
                 }
-                event.map(Ok)
-            }
-        };
-        futures::future::ready(out)
-    })
+                Ok(Seen::Event(event, version)) => {
+                    let event = kept(event.modify(&trim), keep);
+                    if let Some(event) = &event {
+                        writer.apply_watcher_event(event);
+                    }
+                    // The store shows the change before anyone hears of it.
+                    if let Some(version) = version {
+                        progress.publish(&version);
+                    }
+                    event.map(Ok)
+                }
+            };
+            futures::future::ready(out)
+        })
 }
 
 /// A watch event as the cache takes it when only objects that pass `keep` are
@@ -213,6 +222,11 @@ enum State<K> {
 
 struct Watch<S: Source> {
     source: S,
+    /// What is watched (the plural), for the log.
+    kind: String,
+    /// Why the next list or watch request is made, for the log line that
+    /// says it is made (every (re)start of a watch says why).
+    cause: std::borrow::Cow<'static, str>,
     state: State<S::Object>,
     /// The last resourceVersion the watch reached; `None` before any list.
     version: Option<String>,
@@ -224,9 +238,12 @@ struct Watch<S: Source> {
 /// returned for a backoff to space the retries (the state carries on).
 pub fn stream<S: Source>(
     source: S,
+    kind: String,
 ) -> impl Stream<Item = Result<Seen<S::Object>, watcher::Error>> + Send {
     let watch = Watch {
         source,
+        kind,
+        cause: "start".into(),
         state: State::List,
         version: None,
         streams: true,
@@ -269,10 +286,11 @@ impl<S: Source> Watch<S> {
         let params = WatchParams {
             bookmarks: true,
             send_initial_events: true,
-            timeout: Some(WATCH_TIMEOUT_SECS),
+            timeout: Some(watch_timeout()),
             ..Default::default()
         };
         let from = self.version.clone().unwrap_or_default();
+        self.log_start("streamed list", &from);
         match self.source.watch(&params, &from).await {
             Ok(events) => {
                 self.state = State::Streaming(events);
@@ -281,10 +299,19 @@ impl<S: Source> Watch<S> {
             Err(e) if refuses_streaming(&e) => {
                 info!(error = %e, "the API server does not stream lists: listing in pages");
                 self.streams = false;
+                self.cause = "the API server does not stream lists".into();
                 None
             }
-            Err(e) => Some(Err(watcher::Error::WatchStartFailed(e))),
+            Err(e) => {
+                self.cause = format!("the last start failed: {e}").into();
+                Some(Err(watcher::Error::WatchStartFailed(e)))
+            }
         }
+    }
+
+    /// Every list or watch request that (re)starts the watch says so, and why.
+    fn log_start(&self, what: &str, from: &str) {
+        info!(resource = %self.kind, cause = %self.cause, from, "watch: {what}");
     }
 
     async fn streamed(
@@ -308,13 +335,20 @@ impl<S: Source> Watch<S> {
                 self.state = State::Streaming(events);
                 None
             }
-            Some(Ok(WatchEvent::Error(e))) => Some(Err(watcher::Error::WatchError(e.boxed()))),
-            Some(Err(e)) => Some(Err(watcher::Error::WatchFailed(e))),
+            Some(Ok(WatchEvent::Error(e))) => {
+                self.cause = format!("the streamed list failed: {}", e.message).into();
+                Some(Err(watcher::Error::WatchError(e.boxed())))
+            }
+            Some(Err(e)) => {
+                self.cause = format!("the streamed list failed: {e}").into();
+                Some(Err(watcher::Error::WatchFailed(e)))
+            }
             // Ended before the list did: a server that ignores the request
             // (older than streamed lists) never sends the end; list in pages.
             None => {
                 info!("the API server ended a streamed list early: listing in pages");
                 self.streams = false;
+                self.cause = "the API server ended a streamed list early".into();
                 None
             }
         }
@@ -342,6 +376,9 @@ impl<S: Source> Watch<S> {
                 Some(version.clone()),
             )));
         }
+        if next.is_none() {
+            self.log_start("paged list", self.version.as_deref().unwrap_or_default());
+        }
         let params = list_params(self.version.as_deref(), next);
         match self.source.list(&params).await {
             Ok(list) => {
@@ -357,17 +394,21 @@ impl<S: Source> Watch<S> {
                 };
                 None
             }
-            Err(e) => Some(Err(watcher::Error::InitialListFailed(e))),
+            Err(e) => {
+                self.cause = format!("the last list failed: {e}").into();
+                Some(Err(watcher::Error::InitialListFailed(e)))
+            }
         }
     }
 
     async fn resume(&mut self) -> Option<Result<Seen<S::Object>, watcher::Error>> {
         let params = WatchParams {
             bookmarks: true,
-            timeout: Some(WATCH_TIMEOUT_SECS),
+            timeout: Some(watch_timeout()),
             ..Default::default()
         };
         let from = self.version.clone().unwrap_or_default();
+        self.log_start("watch", &from);
         match self.source.watch(&params, &from).await {
             Ok(events) => {
                 self.state = State::Watching(events);
@@ -375,6 +416,7 @@ impl<S: Source> Watch<S> {
             }
             Err(e) => {
                 self.state = State::Resume;
+                self.cause = format!("the last start failed: {e}").into();
                 Some(Err(watcher::Error::WatchStartFailed(e)))
             }
         }
@@ -406,12 +448,22 @@ impl<S: Source> Watch<S> {
                 if e.code == 410 {
                     debug!(error = %e.message, "watch expired: listing again");
                     self.state = State::List;
+                    self.cause = "the watch expired (410 Gone)".into();
+                } else {
+                    self.cause = format!("the API server sent an error: {}", e.message).into();
                 }
                 return Some(Err(watcher::Error::WatchError(e.boxed())));
             }
-            Some(Err(e)) => return Some(Err(watcher::Error::WatchFailed(e))),
+            // A broken stream is not read again: the watch resumes from
+            // what it reached, after the backoff.
+            Some(Err(e)) => {
+                self.state = State::Resume;
+                self.cause = format!("the watch failed: {e}").into();
+                return Some(Err(watcher::Error::WatchFailed(e)));
+            }
             None => {
                 self.state = State::Resume;
+                self.cause = "the API server ended the watch (its timeout)".into();
                 return None;
             }
         };

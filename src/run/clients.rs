@@ -1,7 +1,9 @@
 //! The sidecar's API clients and its rate limit: `--kube-api-qps/-burst` as
-//! one token bucket shared by two lanes (work, and the background's events
-//! and tidying), an unthrottled client for the Lease, and the capacity
-//! client with a limit of its own; plus what start-up asks discovery.
+//! one token bucket shared by three lanes (the watches' and freshness
+//! rounds' priority, work, and the background's events and tidying), each a
+//! client of its own so that none queues behind another's requests, an
+//! unthrottled client for the Lease, and the capacity client with a limit of
+//! its own; plus what start-up asks discovery.
 
 use std::path::PathBuf;
 
@@ -13,18 +15,24 @@ use crate::config::{ClientConfig, RateLimit};
 use crate::kube::client;
 use crate::kube::throttle::{Lane, SharedBucket, ThrottleLayer};
 
-/// The two lanes of one rate limit, and where further clients come from.
+/// The lanes of one rate limit, and where further clients come from.
 pub(super) struct Clients {
-    /// Watches and every step of provisioning and deletion.
+    /// The caches' watches and the freshness rounds: the next token, ahead of
+    /// queued work.
+    pub priority: Client,
+    /// Every step of provisioning and deletion: as many requests in flight as
+    /// `--worker-threads`.
     pub work: Client,
     /// Events and intent releases: a token only while no work request waits.
     pub background: Client,
+    /// The shared bucket (none without a rate limit), to ask whether work waits.
+    pub bucket: Option<SharedBucket>,
     kubeconfig: Option<PathBuf>,
     master: Option<String>,
 }
 
 impl Clients {
-    pub(super) async fn new(cfg: ClientConfig) -> Result<Clients, FatalError> {
+    pub(super) async fn new(cfg: ClientConfig, workers: usize) -> Result<Clients, FatalError> {
         let ClientConfig {
             master,
             kubeconfig,
@@ -32,12 +40,17 @@ impl Clients {
         } = cfg;
         let bucket = bucket(rate_limit);
         let lane = |lane| bucket.as_ref().map(|b| b.layer(lane));
-        let build = |throttle| build(kubeconfig.as_ref(), master.as_deref(), throttle);
-        let work = build(lane(Lane::Work)).await?;
-        let background = build(lane(Lane::Background)).await?;
+        let build = |throttle, in_flight| {
+            build_with(kubeconfig.as_ref(), master.as_deref(), throttle, in_flight)
+        };
+        let priority = build(lane(Lane::Priority), client::REQUESTS_IN_FLIGHT).await?;
+        let work = build(lane(Lane::Work), workers.max(client::REQUESTS_IN_FLIGHT)).await?;
+        let background = build(lane(Lane::Background), client::REQUESTS_IN_FLIGHT).await?;
         Ok(Clients {
+            priority,
             work,
             background,
+            bucket,
             kubeconfig,
             master,
         })
@@ -61,7 +74,17 @@ async fn build(
     master: Option<&str>,
     throttle: Option<ThrottleLayer>,
 ) -> Result<Client, FatalError> {
-    Ok(client::build(kubeconfig.map(PathBuf::as_path), master, throttle).await?)
+    build_with(kubeconfig, master, throttle, client::REQUESTS_IN_FLIGHT).await
+}
+
+async fn build_with(
+    kubeconfig: Option<&PathBuf>,
+    master: Option<&str>,
+    throttle: Option<ThrottleLayer>,
+    in_flight: usize,
+) -> Result<Client, FatalError> {
+    let kubeconfig = kubeconfig.map(PathBuf::as_path);
+    Ok(client::build_with(kubeconfig, master, throttle, in_flight).await?)
 }
 
 fn bucket(rate_limit: RateLimit) -> Option<SharedBucket> {

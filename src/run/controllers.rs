@@ -34,8 +34,9 @@ use crate::controller::claim::{ClaimMemory, IntentReleaser};
 use crate::controller::{
     Attachments, Caches, Context, VolumeMemory, capacity, claim, snapshot_sweep, volume,
 };
-use crate::kube::fresh::Freshness;
+use crate::kube::fresh::{self, Freshness, FreshnessConfig};
 use crate::kube::slim::{Claim, Pv};
+use crate::kube::throttle::SharedBucket;
 use crate::kube::watch::{Metadata, Progress};
 use crate::kube::{EventRecorder, LeaderGate, Listed};
 use crate::metrics::Metrics;
@@ -94,11 +95,12 @@ pub(super) async fn start(
     let claims_progress = Progress::default();
     let (volumes, volume_writer) = reflector::store();
     let classes_listed = Listed::default();
-    let class_watch = class_watch(&clients.work, class_writer, classes_listed.clone());
+    // Every watch goes through the priority lane: it (re)starts ahead of queued work.
+    let class_watch = class_watch(&clients.priority, class_writer, classes_listed.clone());
     let (attachments, attachment_watch) =
-        attachment_cache(&clients.work, &driver.info, stop).unzip();
+        attachment_cache(&clients.priority, &driver.info, stop).unzip();
     let (namespaces, namespace_watch) =
-        namespace_cache(&clients.work, &options.metadata, stop).unzip();
+        namespace_cache(&clients.priority, &options.metadata, stop).unzip();
     let caches = Caches {
         classes,
         volumes,
@@ -121,8 +123,8 @@ pub(super) async fn start(
 
     let runner = Runner::new(tuning.workers, &metrics, stop);
     let (claims, volumes) = (
-        claim_controller(&runner, &ctx, claim_writer),
-        volume_controller(&runner, &ctx, volume_writer),
+        claim_controller(&runner, &ctx, &clients.priority, claim_writer),
+        volume_controller(&runner, &ctx, &clients.priority, volume_writer),
     );
 
     // Classes must be known before claims are judged; wait for the first list.
@@ -158,11 +160,12 @@ pub(super) async fn start(
 fn claim_controller(
     runner: &Runner,
     ctx: &Arc<Context>,
+    watches: &Client,
     writer: reflector::store::Writer<Claim>,
 ) -> impl Future<Output = ()> + Send + use<> {
     runner.controller(
         "claims",
-        claim_watch(ctx, writer),
+        claim_watch(ctx, watches, writer),
         claim::reconcile,
         claim::error_policy,
         ctx.clone(),
@@ -173,11 +176,12 @@ fn claim_controller(
 fn volume_controller(
     runner: &Runner,
     ctx: &Arc<Context>,
+    watches: &Client,
     writer: reflector::store::Writer<Pv>,
 ) -> impl Future<Output = ()> + Send + use<> {
     runner.controller(
         "volumes",
-        volume_watch(ctx, writer),
+        volume_watch(ctx, watches, writer),
         volume::reconcile,
         volume::error_policy,
         ctx.clone(),
@@ -216,10 +220,15 @@ fn context(
 ) -> Arc<Context> {
     let Driver { csi, info, place } = driver;
     let intent = if tuning.admission_intent {
-        IntentMode::Admission(Freshness::start(
-            clients.work.clone(),
-            caches.claims_progress.clone(),
-        ))
+        IntentMode::Admission(Freshness::start(FreshnessConfig {
+            client: clients.priority.clone(),
+            progress: caches.claims_progress.clone(),
+            bucket: clients.bucket.clone(),
+            metrics: shared.metrics.clone(),
+            driver: info.name.clone(),
+            catch_up: fresh::catch_up_for(clients.bucket.as_ref().map(SharedBucket::qps)),
+            min_round: 2,
+        }))
     } else {
         IntentMode::Write
     };
@@ -364,12 +373,13 @@ fn only(
 /// deleted claim is forgotten.
 fn claim_watch(
     ctx: &Arc<Context>,
+    client: &Client,
     writer: reflector::store::Writer<Claim>,
 ) -> Watched<impl Stream<Item = Result<Claim, watcher::Error>> + Send + use<>, Claim> {
     let memory = ctx.claims.clone();
     let store = writer.as_reader();
     let stream = cached_stream::<Claim, _>(
-        &ctx.client,
+        client,
         writer,
         ctx.caches.claims_listed.clone(),
         ctx.caches.claims_progress.clone(),
@@ -383,12 +393,13 @@ fn claim_watch(
 /// PVs, in their slim shape; a deleted PV is forgotten.
 fn volume_watch(
     ctx: &Arc<Context>,
+    client: &Client,
     writer: reflector::store::Writer<Pv>,
 ) -> Watched<impl Stream<Item = Result<Pv, watcher::Error>> + Send + use<>, Pv> {
     let store = writer.as_reader();
     let forget = ctx.clone();
     let stream = cached_stream::<Pv, _>(
-        &ctx.client,
+        client,
         writer,
         ctx.caches.volumes_listed.clone(),
         Progress::default(),

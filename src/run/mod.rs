@@ -140,7 +140,7 @@ pub async fn run(cfg: Config, stop: CancellationToken) -> Result<(), FatalError>
     let Some(driver) = driver.await? else {
         return Ok(());
     };
-    let clients = Clients::new(client).await?;
+    let clients = Clients::new(client, provisioning.worker_threads).await?;
     let capacity = match capacity {
         None => None,
         Some(c) => Some(Capacity::prepare(c, &clients, &driver.info, &mut registry).await?),

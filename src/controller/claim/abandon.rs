@@ -212,9 +212,14 @@ async fn release_now(ctx: &Context, claim: &PersistentVolumeClaim) -> Result<(),
         return Ok(());
     }
     let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), view.namespace());
-    match update::edit(&api, view.name(), view.uid(), Some(claim.clone()), |c| {
-        update::remove_finalizer(c, keys::FINALIZER_PVC_INTENT)
-    })
+    let known = Some(claim.clone());
+    match update::edit(
+        &api,
+        view.name(),
+        view.uid(),
+        known,
+        super::intent::drop_intent,
+    )
     .await
     {
         Ok(_) => {}

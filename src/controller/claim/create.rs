@@ -32,7 +32,6 @@ use super::intent::{self, Confirmed};
 use super::protect;
 use crate::controller::{Context, backend, bound_claim_uid};
 use crate::csi::{CsiErrorClass, classify, pb};
-use crate::keys;
 use crate::kube::{get_fresh, is_conflict, update};
 use crate::names::Reason;
 use crate::provision::{self, ClaimView, Plan, ProvisionError, migration};
@@ -78,6 +77,8 @@ pub async fn create(
                 copy = fresh;
             }
             Confirmed::Gone => return Ok(Action::await_change()),
+            // Its watch event brings the newer copy, and a new attempt with it.
+            Confirmed::Newer => return Ok(Action::await_change()),
         }
     }
     // Changing faster than we can read it: the next event decides.
@@ -216,8 +217,7 @@ async fn reschedule(ctx: &Context, claim: &PersistentVolumeClaim, why: Reschedul
             .annotations
             .as_mut()
             .is_some_and(|a| a.remove(&key).is_some());
-        let released = why == Reschedule::DropIntent
-            && update::remove_finalizer(c, keys::FINALIZER_PVC_INTENT);
+        let released = why == Reschedule::DropIntent && super::intent::drop_intent(c);
         unselected || released
     })
     .await;

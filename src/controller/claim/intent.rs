@@ -34,7 +34,7 @@ use super::error::ClaimError;
 use super::memory::ClaimMemory;
 use crate::controller::Context;
 use crate::keys;
-use crate::kube::fresh::{Fresh, Freshness};
+use crate::kube::fresh::{Fresh, Freshness, ListedClaim};
 use crate::kube::slim::Claim;
 use crate::kube::update;
 use crate::kube::{get_fresh, is_conflict, is_invalid, is_not_found};
@@ -50,6 +50,10 @@ pub enum Confirmed {
     /// Gone, re-created under the same name, or being deleted without our
     /// intent: nothing of ours to do with this copy.
     Gone,
+    /// The claim changed since (a listing round saw a newer version), and the
+    /// newer copy is not at hand: its watch event brings it, and the claim is
+    /// decided again then.
+    Newer,
 }
 
 /// Who makes the intent durable.
@@ -76,11 +80,14 @@ pub async fn confirm(
     let check = async {
         match &ctx.intent {
             IntentMode::Admission(freshness) if ClaimView(cached).holds_intent() => {
-                Ok(match freshness.check().await {
+                let view = ClaimView(cached);
+                Ok(match freshness.check(view.namespace(), view.name()).await {
                     Fresh::Caught => as_cached(ctx, cached),
-                    // Alone, or the cache did not catch up: one read, cheaper for
-                    // the API server than the no-op write it replaces.
-                    Fresh::Unknown => read(&ctx.client, cached).await?,
+                    Fresh::Listed(Some(now)) => as_listed(cached, &now),
+                    // Alone, not among the claims the policy labelled, or the
+                    // API server could not be asked: one read, cheaper for it
+                    // than the no-op write it replaces.
+                    Fresh::Listed(None) | Fresh::Read => read(&ctx.client, cached).await?,
                 })
             }
             _ => record(&ctx.client, cached).await,
@@ -112,6 +119,20 @@ async fn read(client: &Client, decided: &PersistentVolumeClaim) -> Result<Confir
         }
         _ => Confirmed::Gone,
     })
+}
+
+/// What a listing round's item says of the copy decided on: the same version
+/// (it holds the intent: it is among the claims pending for us), a newer one,
+/// or another claim of that name.
+fn as_listed(decided: &PersistentVolumeClaim, now: &ListedClaim) -> Confirmed {
+    let view = ClaimView(decided);
+    if now.uid != view.uid() {
+        Confirmed::Gone
+    } else if view.resource_version() == Some(now.resource_version.as_str()) {
+        Confirmed::Current(decided.clone())
+    } else {
+        Confirmed::Newer
+    }
 }
 
 /// What the claim cache, caught up with a round, says of the copy decided on.
@@ -176,6 +197,18 @@ pub async fn record(
         }
         Err(e) => Err(ClaimError::RecordIntent(e)),
     }
+}
+
+/// Takes the intent off a copy of a claim: the finalizer, and the label the provisioning-intent
+/// policy put on with it (`keys::LABEL_PROVISIONING`, so that the claims pending for us stay the
+/// ones a listing round lists); `false` if neither was there.
+pub fn drop_intent(claim: &mut PersistentVolumeClaim) -> bool {
+    let unlabelled = claim
+        .metadata
+        .labels
+        .as_mut()
+        .is_some_and(|l| l.remove(keys::LABEL_PROVISIONING).is_some());
+    update::remove_finalizer(claim, keys::FINALIZER_PVC_INTENT) | unlabelled
 }
 
 /// A claim whose intent is to be released.
@@ -280,9 +313,7 @@ async fn release(client: &Client, claims: &Store<Claim>, r: &Release) -> Result<
         .get(&ObjectRef::new(&r.name).within(&r.namespace))
         .map(|c| c.0.clone())
         .filter(|c| ClaimView(c).uid() == r.uid);
-    update::edit(&api, &r.name, &r.uid, cached, |c| {
-        update::remove_finalizer(c, keys::FINALIZER_PVC_INTENT)
-    })
-    .await
-    .map(|_| ())
+    update::edit(&api, &r.name, &r.uid, cached, drop_intent)
+        .await
+        .map(|_| ())
 }

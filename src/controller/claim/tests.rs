@@ -27,7 +27,7 @@ use crate::controller::node::Placement;
 use crate::controller::{Caches, Context, VolumeMemory};
 use crate::csi::{CsiClient, DriverCapabilities};
 use crate::keys;
-use crate::kube::fresh::Freshness;
+use crate::kube::fresh::{Freshness, FreshnessConfig};
 use crate::kube::slim::{Claim, Pv};
 use crate::kube::{EventRecorder, LeaderGate, Listed};
 use crate::metrics::Metrics;
@@ -55,6 +55,8 @@ struct Script {
     seen: Vec<String>,
     /// Bodies of the requests in `seen`.
     bodies: Vec<Value>,
+    /// Query strings of the requests in `seen`.
+    queries: Vec<String>,
     /// Events sent: (reason, message).
     events: Vec<(String, String)>,
     /// Requests the script did not expect.
@@ -85,6 +87,7 @@ fn api(script: Arc<Mutex<Script>>) -> kube::Client {
         async move {
             let method = req.method().to_string();
             let resource = resource_of(req.uri().path());
+            let query = req.uri().query().unwrap_or_default().to_string();
             let body = req.into_body().collect().await?.to_bytes();
             let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             let reply = {
@@ -99,6 +102,7 @@ fn api(script: Arc<Mutex<Script>>) -> kube::Client {
                     let key = format!("{method} {resource}");
                     s.seen.push(key.clone());
                     s.bodies.push(body.clone());
+                    s.queries.push(query);
                     match s.steps.pop_front() {
                         Some((want, reply)) if want == key => reply,
                         _ => {
@@ -285,7 +289,15 @@ impl Rig {
     /// caught up with `reached`.
     fn admission(&mut self, cached: &PersistentVolumeClaim, reached: u64, min_round: usize) {
         let progress = self.ctx.caches.claims_progress.clone();
-        let freshness = Freshness::sharing(self.ctx.client.clone(), progress.clone(), min_round);
+        let freshness = Freshness::start(FreshnessConfig {
+            client: self.ctx.client.clone(),
+            progress: progress.clone(),
+            bucket: None,
+            metrics: self.ctx.metrics.clone(),
+            driver: DRIVER.into(),
+            catch_up: Duration::from_millis(200),
+            min_round,
+        });
         self.ctx_mut().intent = IntentMode::Admission(freshness);
         self.claim_writer
             .apply_watcher_event(&watcher::Event::Apply(Claim(cached.clone())));
@@ -302,6 +314,10 @@ impl Rig {
 
     fn seen(&self) -> Vec<String> {
         self.script.lock().unwrap().seen.clone()
+    }
+
+    fn query(&self, i: usize) -> String {
+        self.script.lock().unwrap().queries[i].clone()
     }
 
     fn body(&self, i: usize) -> Value {
@@ -1745,21 +1761,79 @@ async fn with_the_intent_from_admission_a_claim_costs_its_pv_and_a_share_of_a_ro
     assert_eq!(rig.backend().await, (1, 1, 0));
 }
 
+/// The claims pending for us as a listing round sees them: (name, uid, resourceVersion).
+fn pending(items: &[(&str, &str, &str)]) -> Reply {
+    let items: Vec<Value> = items
+        .iter()
+        .map(|(name, uid, rv)| {
+            json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                "metadata": {"name": name, "namespace": "team-a", "uid": uid, "resourceVersion": rv,
+                    "labels": {keys::LABEL_PROVISIONING: DRIVER}}})
+        })
+        .collect();
+    Reply::Object(
+        json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+        "metadata": {"resourceVersion": "11"}, "items": items}),
+    )
+}
+
+/// A round the cache does not catch up with (a stalled watch, nothing written since: the tail of
+/// a burst) is answered by one listing round of the claims pending for us, where each member
+/// finds its own claim: never by a read per claim. Rows: what the listing shows of the claim.
 #[tokio::test]
-async fn a_round_the_cache_does_not_catch_up_with_falls_back_to_one_read() {
+async fn a_round_the_cache_does_not_catch_up_with_is_answered_by_a_listing_round() {
     let c = ClaimFixture::ours().intent().0;
-    let mut rig = Rig::basic(vec![
-        (LIST_CLAIMS, collection_at("10")),
-        (GET_CLAIM, claim_object(&c)),
-        (post_pv(), created_pv()),
-    ])
-    .await;
-    // The cache is at 5 and stays there (a stalled watch, a trickle): the
-    // claim is read, and the copy decided on is the claim as it is.
-    rig.admission(&c, 5, 1);
-    rig.provision(&c).await.unwrap();
-    rig.assert_script_done();
-    assert_eq!(rig.backend().await, (1, 1, 0));
+    let rv = ClaimView(&c).resource_version().unwrap().to_string();
+    let mut bound = ClaimFixture::ours().intent().bound().0;
+    bound.metadata.resource_version = Some("9".into());
+    // (the listing, the steps after it, CreateVolume calls, what)
+    let rows: Vec<(Reply, Vec<Step>, u64, &str)> = vec![
+        (
+            pending(&[("other", "u-2", "3"), ("data", UID, &rv)]),
+            vec![(post_pv(), created_pv())],
+            1,
+            "the same version: current, no read",
+        ),
+        (
+            pending(&[("data", UID, "9")]),
+            vec![],
+            0,
+            "a newer version: decided again when the watch brings it",
+        ),
+        (
+            pending(&[("data", "another-claim-of-that-name", "9")]),
+            vec![],
+            0,
+            "another claim of that name: gone",
+        ),
+        (
+            pending(&[("other", "u-2", "3")]),
+            vec![(GET_CLAIM, claim_object(&bound))],
+            0,
+            "not among them (bound since, gone, or labelled by no policy): read, and decided on the read",
+        ),
+    ];
+    for (listing, after, creates, what) in rows {
+        let mut rig = Rig::basic(
+            [
+                vec![(LIST_CLAIMS, collection_at("10")), (LIST_CLAIMS, listing)],
+                after,
+            ]
+            .concat(),
+        )
+        .await;
+        // The cache is at 5 and stays there.
+        rig.admission(&c, 5, 1);
+        let r = rig.provision(&c).await;
+        assert!(r.is_ok(), "{what}: {r:?} {:?}", rig.seen());
+        rig.assert_script_done();
+        assert_eq!(rig.backend().await.1, creates, "{what}");
+        let selector = rig.query(1);
+        assert!(
+            selector.contains("labelSelector=csi-provisioner.rs%2Fprovisioning%3Dd"),
+            "{what}: the listing asks for the claims pending for us: {selector}"
+        );
+    }
 }
 
 #[tokio::test]
