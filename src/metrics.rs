@@ -575,6 +575,17 @@ impl WorkQueueMetrics {
         }
     }
 
+    /// One item taken up by a queue of ours (`controller::queue`), as [`Self::reconciler`]
+    /// counts one: in flight until [`Work::done`] (or dropped).
+    pub fn begin(&self) -> Work {
+        self.start()
+    }
+
+    /// One failed run, as [`Self::error_policy`] counts one.
+    pub fn retried(&self) {
+        self.retries.inc();
+    }
+
     /// One item taken up: counted, and in flight until the guard is dropped.
     fn start(&self) -> Work {
         self.adds.inc();
@@ -594,14 +605,14 @@ impl WorkQueueMetrics {
 
 /// A reconcile in flight. Dropped unfinished (its task cancelled at a
 /// forced shutdown), it leaves the in-flight set without a duration.
-struct Work {
+pub struct Work {
     queue: WorkQueueMetrics,
     id: u64,
     started: Instant,
 }
 
 impl Work {
-    fn done(self) {
+    pub fn done(self) {
         self.queue
             .work_duration
             .observe(self.started.elapsed().as_secs_f64());

@@ -12,6 +12,7 @@ pub mod capacity;
 pub mod claim;
 pub mod memory;
 pub mod node;
+pub mod queue;
 pub mod snapshot_sweep;
 pub mod volume;
 
@@ -63,6 +64,11 @@ pub struct Context {
     pub clone_releases: tokio::sync::Semaphore,
     /// Where this replica runs: centrally, or one per node (`--node-deployment`).
     pub place: node::Placement,
+    /// `--worker-threads`: how many claims are in `CreateVolume` and the PV
+    /// save at once (what upstream's workers bound), taken first come first
+    /// served once a claim's check is done; the checks themselves wait for no
+    /// permit, so they overlap the creates in flight.
+    pub creates: tokio::sync::Semaphore,
 }
 
 /// The reflector caches: for finding work, never for deciding an

@@ -32,7 +32,7 @@ use crate::config::{CapacityConfig, MetadataConfig};
 use crate::controller::claim::intent::IntentMode;
 use crate::controller::claim::{ClaimMemory, IntentReleaser};
 use crate::controller::{
-    Attachments, Caches, Context, VolumeMemory, capacity, claim, snapshot_sweep, volume,
+    Attachments, Caches, Context, VolumeMemory, capacity, claim, queue, snapshot_sweep, volume,
 };
 use crate::kube::fresh::{self, Freshness, FreshnessConfig};
 use crate::kube::slim::{Claim, Pv};
@@ -156,20 +156,25 @@ pub(super) async fn start(
     Started { ctx, classes, work }
 }
 
-/// The claim controller, fed by the claim watch.
+/// The claim controller, fed by the claim watch: first come, first served
+/// (`controller::queue`), twice `--worker-threads` claims at a time, so that
+/// the checks of the next claims overlap the creates in flight (which
+/// `--worker-threads` bounds, as upstream's workers do: `Context::creates`).
 fn claim_controller(
     runner: &Runner,
     ctx: &Arc<Context>,
     watches: &Client,
     writer: reflector::store::Writer<Claim>,
 ) -> impl Future<Output = ()> + Send + use<> {
-    runner.controller(
-        "claims",
-        claim_watch(ctx, watches, writer),
-        claim::reconcile,
-        claim::error_policy,
-        ctx.clone(),
-    )
+    let Watched { stream, store } = claim_watch(ctx, watches, writer);
+    let fifo = queue::Runner {
+        workers: 2 * runner.workers,
+        ctx: ctx.clone(),
+        metrics: runner.metrics.work_queue("claims"),
+        stop: runner.stop.clone(),
+    };
+    let run = fifo.run(stream, store.clone(), claim::reconcile, claim::error_policy);
+    until_done_or_stopped_unready(run, store, runner.stop.clone())
 }
 
 /// The volume controller, fed by the PV watch.
@@ -257,6 +262,7 @@ fn context(
         capacity: shared.capacity,
         clone_releases: tokio::sync::Semaphore::new(tuning.cloning_protection_threads.max(1)),
         place,
+        creates: tokio::sync::Semaphore::new(tuning.workers.max(1)),
     })
 }
 
@@ -420,6 +426,7 @@ pub(super) struct Watched<S, K: kube::Resource<DynamicType = ()> + Clone + 'stat
 /// as upstream's work queues, stopped gracefully by `stop`.
 struct Runner {
     config: controller::Config,
+    workers: usize,
     metrics: Arc<Metrics>,
     stop: CancellationToken,
 }
@@ -428,6 +435,7 @@ impl Runner {
     fn new(workers: usize, metrics: &Arc<Metrics>, stop: &CancellationToken) -> Runner {
         Runner {
             config: controller::Config::default().concurrency(workers as u16),
+            workers,
             metrics: metrics.clone(),
             stop: stop.clone(),
         }

@@ -10,10 +10,10 @@
 
 use std::sync::Arc;
 
+use crate::controller::queue::Action;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use tonic::Code;
 use tracing::info;

@@ -17,10 +17,10 @@
 
 use std::time::Duration;
 
+use crate::controller::queue::Action;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::PostParams;
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
@@ -99,6 +99,13 @@ async fn carry_out(
         request,
         source,
     } = ready;
+    // The check is done; the create and the save take one of the
+    // `--worker-threads` permits, first come first served.
+    let _slot = ctx
+        .creates
+        .acquire()
+        .await
+        .expect("the semaphore is never closed");
     if let Some(source) = &source {
         protect::protect(ctx, source).await?;
     }

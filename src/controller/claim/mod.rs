@@ -34,7 +34,7 @@ mod tests;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::runtime::controller::Action;
+use crate::controller::queue::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use tracing::{debug, warn};

@@ -4,8 +4,8 @@
 //! a protected source was protected before its deletion began) right before
 //! `CreateVolume`, and taken off when nothing waits for it any more.
 
+use crate::controller::queue::Action;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 

@@ -5,10 +5,10 @@
 
 use std::time::{Duration, Instant};
 
+use crate::controller::queue::Action;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::PostParams;
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use tracing::{debug, info};

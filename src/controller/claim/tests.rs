@@ -16,7 +16,6 @@ use csi_test_driver::{Args as DriverArgs, GrpcCode};
 use http_body_util::BodyExt;
 use hyper::body::Bytes;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::runtime::controller::Action;
 use kube::runtime::{reflector, watcher};
 use serde_json::{Value, json};
 
@@ -230,6 +229,7 @@ impl Rig {
             capacity: None,
             clone_releases: tokio::sync::Semaphore::new(1),
             place: Placement::Central,
+            creates: tokio::sync::Semaphore::new(2),
         };
         Rig {
             ctx: Arc::new(ctx),
@@ -274,7 +274,7 @@ impl Rig {
     ) -> Result<Option<Duration>, ClaimError> {
         let claim = Arc::new(Claim(claim.clone()));
         let r = match super::reconcile(claim.clone(), self.ctx.clone()).await {
-            Ok(action) => Ok(requeue_of(&action)),
+            Ok(action) => Ok(action.requeue_after()),
             Err(e) => {
                 super::error_policy(claim, &e, self.ctx.clone());
                 Err(e)
@@ -422,17 +422,6 @@ fn failing(code: GrpcCode) -> Fault {
         count: u32::MAX,
         message: None,
     }
-}
-
-/// When `action` runs the reconcile again, read off its `Debug` (kube-runtime
-/// keeps the field private): `Action { requeue_after: Some(1.5s) }`.
-fn requeue_of(action: &Action) -> Option<Duration> {
-    let text = format!("{action:?}");
-    let value = text.split("Some(").nth(1)?.split(')').next()?;
-    let (number, scale) = [("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9), ("s", 1.0)]
-        .iter()
-        .find_map(|(unit, scale)| Some((value.strip_suffix(unit)?, *scale)))?;
-    Some(Duration::from_secs_f64(number.parse::<f64>().ok()? * scale))
 }
 
 #[tokio::test]
