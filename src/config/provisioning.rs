@@ -84,6 +84,13 @@ pub struct ProvisioningArgs {
     /// with --node-deployment.
     #[arg(long)]
     pub admission_intent: bool,
+
+    /// With --admission-intent: during a burst, take the version those checks wait for
+    /// from our own PV creates instead of a list request of its own. Used only while it
+    /// agrees with the lists the checks send anyway, which it cannot where PVs and claims
+    /// are kept in different etcds (--etcd-servers-overrides); false turns it off.
+    #[arg(long, default_value = "true")]
+    pub freshness_from_writes: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,6 +113,7 @@ pub struct ProvisioningConfig {
     pub controller_publish_readonly: bool,
     pub prevent_volume_mode_conversion: bool,
     pub admission_intent: bool,
+    pub freshness_from_writes: bool,
 }
 
 /// The provisioning group, validated.
@@ -125,6 +133,7 @@ pub(super) fn validate(args: &ProvisioningArgs) -> Result<ProvisioningConfig, Co
         controller_publish_readonly,
         prevent_volume_mode_conversion,
         admission_intent,
+        freshness_from_writes,
     } = args;
     if volume_name_prefix.is_empty() {
         return Err(ConfigError::EmptyVolumeNamePrefix);
@@ -155,6 +164,7 @@ pub(super) fn validate(args: &ProvisioningArgs) -> Result<ProvisioningConfig, Co
         controller_publish_readonly: *controller_publish_readonly,
         prevent_volume_mode_conversion: *prevent_volume_mode_conversion,
         admission_intent: *admission_intent,
+        freshness_from_writes: *freshness_from_writes,
     })
 }
 

@@ -1,6 +1,6 @@
 //! When a request leaves the client: the innermost layer of every client, after the rate
 //! limit's token and a connection slot were had, fires the [`Dispatch`] a request carries in its
-//! extensions. A freshness round keeps gathering the claims that ask for it until its list is
+//! extensions (and numbers the write-clock stamp it carries: `super::clock`). A freshness round keeps gathering the claims that ask for it until its list is
 //! dispatched: each of them began its decision before the request reached the API server, so the
 //! version the list answers is valid for all of them, however long the list waited for a token.
 
@@ -72,6 +72,9 @@ where
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         if let Some(dispatch) = req.extensions().get::<Dispatch>() {
             dispatch.fire();
+        }
+        if let Some(stamp) = req.extensions().get::<super::clock::Stamp>() {
+            stamp.dispatched();
         }
         self.0.call(req)
     }

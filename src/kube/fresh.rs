@@ -13,6 +13,10 @@
 //!   read per claim.
 //! - A check with nothing else waiting (no other check, no work request waiting for a token) is
 //!   told to read its claim at once: one request either way, and no wait.
+//! - While our own PV creates leave one after another (a burst), the version comes from the first
+//!   of them dispatched after the check began, at no request at all ([`super::clock`]); a round's
+//!   list, when one runs, is compared with the clock, which is trusted only while such comparisons
+//!   pass.
 //!
 //! Rounds run one after another per kind, but a round's request is in flight while the next round
 //! gathers. Correctness never waits on a round: an answer that cannot be had is "read it".
@@ -27,6 +31,7 @@ use kube::core::{ObjectList, PartialObjectMeta};
 use tokio::sync::{mpsc, oneshot};
 use tracing::debug;
 
+use super::clock::WriteClock;
 use super::dispatch::Dispatch;
 use super::throttle::SharedBucket;
 use super::watch::Progress;
@@ -85,6 +90,8 @@ pub struct FreshnessConfig {
     pub catch_up: Duration,
     /// The fewest checks a round starts with when no work waits (2; tests use 1 to force one).
     pub min_round: usize,
+    /// Versions from our own PV creates (`--freshness-from-writes`), compared with every round.
+    pub clock: Arc<WriteClock>,
 }
 
 /// Starts and answers rounds; cheap to share.
@@ -95,6 +102,8 @@ pub struct Freshness {
     progress: Progress,
     metrics: Arc<Metrics>,
     catch_up: Duration,
+    clock: Arc<WriteClock>,
+    bucket: Option<SharedBucket>,
 }
 
 /// A check waiting for a round: `None` for "read it".
@@ -135,6 +144,7 @@ impl Freshness {
             driver,
             catch_up,
             min_round,
+            clock,
         } = config;
         let round = |kind| {
             let (tx, rx) = mpsc::unbounded_channel();
@@ -149,6 +159,8 @@ impl Freshness {
                 bucket: bucket.clone(),
                 metrics: metrics.clone(),
                 min_round,
+                clock: clock.clone(),
+                catch_up,
             };
             tokio::spawn(rounds.run());
             tx
@@ -159,19 +171,29 @@ impl Freshness {
             progress,
             metrics,
             catch_up,
+            clock,
+            bucket,
         }
+    }
+
+    /// The write clock, for the PV creates that stamp it.
+    pub fn clock(&self) -> &Arc<WriteClock> {
+        &self.clock
     }
 
     /// Whether the copy of the claim `(namespace, name)` a decision was taken on can be
     /// confirmed without a read of its own, and how.
     pub async fn check(&self, namespace: &str, name: &str) -> Fresh {
-        let version = match ask(&self.versions).await {
-            None => return self.counted("alone", Fresh::Read),
-            Some(Answer::Version(v)) => v,
-            Some(_) => return self.counted("failed", Fresh::Read),
+        let (version, caught) = match self.version_from_writes().await {
+            Some(version) => (version, "write_clocked"),
+            None => match ask(&self.versions).await {
+                None => return self.counted("alone", Fresh::Read),
+                Some(Answer::Version(v)) => (v, "caught_up"),
+                Some(_) => return self.counted("failed", Fresh::Read),
+            },
         };
         if self.progress.wait_for(version, self.catch_up).await {
-            return self.counted("caught_up", Fresh::Caught);
+            return self.counted(caught, Fresh::Caught);
         }
         debug!(
             version,
@@ -186,6 +208,20 @@ impl Freshness {
             }
             Some(_) => self.counted("failed", Fresh::Read),
         }
+    }
+
+    /// A version from the first PV create dispatched after now, while the clock is trusted and a
+    /// create is on its way (queued, in flight, or work waits for a token).
+    async fn version_from_writes(&self) -> Option<u64> {
+        let work_waits = self
+            .bucket
+            .as_ref()
+            .is_some_and(SharedBucket::work_is_waiting);
+        if !self.clock.trusted() || !(self.clock.busy() || work_waits) {
+            return None;
+        }
+        let seq0 = self.clock.now();
+        self.clock.version_after(seq0, self.catch_up).await
     }
 
     fn counted(&self, outcome: &str, answer: Fresh) -> Fresh {
@@ -288,6 +324,8 @@ struct Rounds {
     bucket: Option<SharedBucket>,
     metrics: Arc<Metrics>,
     min_round: usize,
+    clock: Arc<WriteClock>,
+    catch_up: Duration,
 }
 
 impl Rounds {
@@ -325,6 +363,14 @@ impl Rounds {
     /// own when the round was dispatched before its answer came).
     async fn gather(&mut self, mut members: Vec<Ask>, next: &mut Vec<Ask>) {
         let (dispatch, mut dispatched) = Dispatch::new();
+        // What the clock's comparison starts from: completions before the list leaves.
+        let before = self.clock.before_list();
+        let (clock, wait) = (self.clock.clone(), self.catch_up);
+        let compare = move |answer: &Answer| {
+            if let Answer::Version(version) = *answer {
+                tokio::spawn(async move { clock.compare(before, version, wait).await });
+            }
+        };
         let mut request = Box::pin(self.requests.clone().send(dispatch.clone()));
         let mut open = true;
         let answered = loop {
@@ -346,9 +392,16 @@ impl Rounds {
         };
         self.metrics.round(self.requests.kind.name(), members.len());
         match answered {
-            Some(answer) => reply(members, answer),
+            Some(answer) => {
+                compare(&answer);
+                reply(members, answer)
+            }
             None => {
-                tokio::spawn(async move { reply(members, request.await) });
+                tokio::spawn(async move {
+                    let answer = request.await;
+                    compare(&answer);
+                    reply(members, answer)
+                });
             }
         }
     }
@@ -412,6 +465,15 @@ mod tests {
         seen: &Arc<Mutex<Vec<String>>>,
         min_round: usize,
     ) -> (Freshness, Progress) {
+        with_clock(bucket, seen, min_round, WriteClock::new(true))
+    }
+
+    fn with_clock(
+        bucket: &SharedBucket,
+        seen: &Arc<Mutex<Vec<String>>>,
+        min_round: usize,
+        clock: Arc<WriteClock>,
+    ) -> (Freshness, Progress) {
         let svc = ServiceBuilder::new()
             .layer(bucket.layer(Lane::Priority))
             .layer(DispatchLayer)
@@ -426,6 +488,7 @@ mod tests {
             driver: "d".into(),
             catch_up: Duration::from_millis(500),
             min_round,
+            clock,
         });
         (freshness, progress)
     }
@@ -501,5 +564,32 @@ mod tests {
             seen[1].contains("labelSelector=csi-provisioner.rs%2Fprovisioning%3Dd"),
             "{seen:?}"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn during_a_burst_the_version_comes_from_our_own_create_at_no_request() {
+        let bucket = SharedBucket::new(1000.0, 1000);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let clock = WriteClock::new(true);
+        let (freshness, progress) = with_clock(&bucket, &seen, 1, clock.clone());
+        // Not trusted yet: a round's list answers (and the clock is compared with it).
+        let queued = clock.stamp();
+        progress.reach(100);
+        assert_eq!(freshness.check("ns", "a").await, Fresh::Caught);
+        assert_eq!(seen.lock().unwrap().len(), 1);
+        clock.trust_for_test();
+        // A create of another claim is queued: its version answers, once it has left.
+        let check = tokio::spawn({
+            let f = freshness.clone();
+            async move { f.check("ns", "b").await }
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        queued.dispatched();
+        queued.complete(Some("90"));
+        assert_eq!(check.await.unwrap(), Fresh::Caught);
+        assert_eq!(seen.lock().unwrap().len(), 1, "no request of its own");
+        // No create on its way: a round again.
+        assert_eq!(freshness.check("ns", "c").await, Fresh::Caught);
+        assert_eq!(seen.lock().unwrap().len(), 2);
     }
 }

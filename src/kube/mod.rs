@@ -3,6 +3,7 @@
 //! recording, and the slim PV we cache.
 
 pub mod client;
+pub mod clock;
 pub mod dispatch;
 mod events;
 mod finalizers;

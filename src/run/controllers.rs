@@ -34,6 +34,7 @@ use crate::controller::claim::{ClaimMemory, IntentReleaser};
 use crate::controller::{
     Attachments, Caches, Context, VolumeMemory, capacity, claim, queue, snapshot_sweep, volume,
 };
+use crate::kube::clock::WriteClock;
 use crate::kube::fresh::{self, Freshness, FreshnessConfig};
 use crate::kube::slim::{Claim, Pv};
 use crate::kube::throttle::SharedBucket;
@@ -52,6 +53,8 @@ pub(super) struct Tuning {
     pub snapshot_sweep: Option<Duration>,
     /// `--admission-intent`.
     pub admission_intent: bool,
+    /// `--freshness-from-writes`.
+    pub freshness_from_writes: bool,
 }
 
 /// What the reconcilers are built from, once the Lease is held.
@@ -233,6 +236,7 @@ fn context(
             driver: info.name.clone(),
             catch_up: fresh::catch_up_for(clients.bucket.as_ref().map(SharedBucket::qps)),
             min_round: 2,
+            clock: WriteClock::new(tuning.freshness_from_writes),
         }))
     } else {
         IntentMode::Write

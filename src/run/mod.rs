@@ -219,6 +219,7 @@ async fn provisioning_options(
         controller_publish_readonly,
         prevent_volume_mode_conversion,
         admission_intent,
+        freshness_from_writes,
     } = provisioning;
     let FeatureGates {
         topology,
@@ -256,6 +257,7 @@ async fn provisioning_options(
         cloning_protection_threads,
         snapshot_sweep: snapshot_orphan_sweep_interval,
         admission_intent,
+        freshness_from_writes,
     };
     access::check(&clients.work, &access::needs(&options))
         .await

@@ -41,6 +41,7 @@ fn every_default_matches_upstream() {
                 controller_publish_readonly,
                 prevent_volume_mode_conversion,
                 admission_intent,
+                freshness_from_writes,
             },
         metadata:
             MetadataArgs {
@@ -128,6 +129,10 @@ fn every_default_matches_upstream() {
         !admission_intent,
         "the sidecar writes the intent unless told otherwise"
     );
+    assert!(
+        freshness_from_writes,
+        "with --admission-intent, versions come from our creates unless told otherwise"
+    );
     assert!(feature_gates.is_empty());
     // Ours (upstream has no such flag): nothing passed on by default.
     assert!(copy_pvc_labels.is_empty());
@@ -191,6 +196,7 @@ fn default_flags_and_empty_environment_give_upstreams_config() {
             controller_publish_readonly: false,
             prevent_volume_mode_conversion: true,
             admission_intent: false,
+            freshness_from_writes: true,
         },
         metadata: MetadataConfig::default(),
         leader_election: None,

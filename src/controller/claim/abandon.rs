@@ -10,7 +10,6 @@
 
 use std::sync::Arc;
 
-use crate::controller::queue::Action;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
@@ -20,6 +19,7 @@ use tracing::info;
 
 use super::error::ClaimError;
 use super::gather;
+use crate::controller::queue::Action;
 use crate::controller::{Context, backend, bound_claim_uid};
 use crate::csi::classify;
 use crate::keys;

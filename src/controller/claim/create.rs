@@ -17,10 +17,8 @@
 
 use std::time::Duration;
 
-use crate::controller::queue::Action;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::PostParams;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
@@ -28,8 +26,9 @@ use tracing::{debug, info, warn};
 use super::decide::still_creates;
 use super::error::{ClaimError, labels};
 use super::gather::{self, Ready};
-use super::intent::{self, Confirmed};
+use super::intent::{self, Confirmed, IntentMode};
 use super::protect;
+use crate::controller::queue::Action;
 use crate::controller::{Context, backend, bound_claim_uid};
 use crate::csi::{CsiErrorClass, classify, pb};
 use crate::kube::{get_fresh, is_conflict, update};
@@ -322,8 +321,12 @@ async fn save_pv(
     pv: PersistentVolume,
 ) -> Result<(), ClaimError> {
     let name = pv.name_any();
-    let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
-    let source = match api.create(&PostParams::default(), &pv).await {
+    // In policy mode the create's version is what the checks of a burst wait for.
+    let stamp = match &ctx.intent {
+        IntentMode::Admission(freshness) => Some(freshness.clock().stamp()),
+        IntentMode::Write => None,
+    };
+    let source = match crate::kube::clock::create_pv(&ctx.client, &pv, stamp).await {
         Ok(_) => return Ok(()),
         Err(e) if is_conflict(&e) => e,
         Err(source) => return Err(ClaimError::SavePv { name, source }),

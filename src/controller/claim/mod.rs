@@ -34,7 +34,6 @@ mod tests;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::controller::queue::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use tracing::{debug, warn};
@@ -47,6 +46,7 @@ pub use protect::snapshot_awaited;
 
 use super::memory::Hold;
 use super::{Context, bound_claim_uid};
+use crate::controller::queue::Action;
 use crate::csi::CsiErrorClass;
 use crate::kube::slim::Claim;
 use crate::provision::{self, ClaimView};

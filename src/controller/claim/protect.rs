@@ -4,13 +4,13 @@
 //! a protected source was protected before its deletion began) right before
 //! `CreateVolume`, and taken off when nothing waits for it any more.
 
-use crate::controller::queue::Action;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
 use super::error::ClaimError;
 use crate::controller::Context;
+use crate::controller::queue::Action;
 use crate::keys;
 use crate::kube::snapshot::{self, VolumeSnapshot};
 use crate::kube::{get_fresh, has_finalizer, update};

@@ -5,7 +5,6 @@
 
 use std::time::{Duration, Instant};
 
-use crate::controller::queue::Action;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::PostParams;
@@ -17,6 +16,7 @@ use super::ClaimMemory;
 use super::decide::{Work, work_for};
 use crate::controller::Context;
 use crate::controller::node::NodeMode;
+use crate::controller::queue::Action;
 use crate::keys;
 use crate::kube::is_conflict;
 use crate::provision::ClaimView;

@@ -297,6 +297,7 @@ impl Rig {
             driver: DRIVER.into(),
             catch_up: Duration::from_millis(200),
             min_round,
+            clock: crate::kube::clock::WriteClock::new(true),
         });
         self.ctx_mut().intent = IntentMode::Admission(freshness);
         self.claim_writer
