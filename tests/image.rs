@@ -278,7 +278,7 @@ fn check_sbom(sbom: &Value) {
         sbom["metadata"]
     );
     let components = sbom["components"].as_array().expect("components");
-    for name in ["kube", "tonic", "tokio", "prost", "pprof", "rustls"] {
+    for name in ["kube", "tonic", "tokio", "prost", "rpprof", "rustls"] {
         let listed: Vec<&str> = components
             .iter()
             .filter(|c| c["name"] == name)
