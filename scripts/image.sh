@@ -12,8 +12,9 @@
 #           gcr.io/distroless/static:latest, when it is in local storage;
 #           otherwise scratch, which needs no registry: see below)
 #   ENGINE  podman (default) or docker
-#   NIGHTLY the toolchain for arm and ppc64le (default nightly; see below)
+#   NIGHTLY the toolchain for arm, ppc64le and s390x (default nightly; see below)
 #
+# `scripts/image.sh --packages` only installs the Debian packages below.
 # `scripts/image.sh --binaries-only` stops after the static binaries and the
 # SBOMs, and prints one line per architecture: `ARCH PATH` (`make test` builds
 # them before the tests, so that tests/image.rs does not compile release
@@ -112,7 +113,28 @@ cargo_tool() {
 	fi
 }
 
-# 1. The toolchain.
+# 1. Debian's packages. `--packages` stops after them: `make test` has them
+# installed while it compiles other things (they are downloads, not work for
+# the CPU).
+debian musl-gcc musl-tools
+# tests/image.rs runs each foreign binary under user-mode emulation (the
+# package has every architecture's emulator).
+if [ "$ARCHES" != amd64 ]; then
+	debian qemu-aarch64-static qemu-user-static
+	debian llvm-objcopy llvm
+fi
+# The engine too, although --binaries-only does not use it: `make test` runs
+# that first, and tests/image.rs then builds the image with the engine there.
+# Where it cannot be installed (not root, no apt-get, no such package) only
+# the image is left out: --binaries-only goes on, and the test says why it
+# skips; a build of the image stops here.
+if ! debian "$ENGINE" "$ENGINE"; then
+	[[ ${1:-} == --binaries-only || ${1:-} == --packages ]] || exit 1
+	say "$ENGINE could not be installed here: tests/image.rs will not check the image itself"
+fi
+if [ "${1:-}" = --packages ]; then exit 0; fi
+
+# 2. The toolchain.
 installed_targets=$(rustup target list --installed 2>/dev/null || true)
 for arch in $ARCHES; do
 	target=$(rust_target "$arch")
@@ -127,19 +149,6 @@ for arch in $ARCHES; do
 		rustup target add "$target" >&2 || { say "no standard library for $target: leave $arch out of ARCHES"; exit 1; }
 	fi
 done
-debian musl-gcc musl-tools
-# The engine too, although --binaries-only does not use it: `make test` runs
-# that first, and tests/image.rs then builds the image with the engine there.
-# Where it cannot be installed (not root, no apt-get, no such package) only
-# the image is left out: --binaries-only goes on, and the test says why it
-# skips; a build of the image stops here.
-if ! debian "$ENGINE" "$ENGINE"; then
-	[ "${1:-}" = --binaries-only ] || exit 1
-	say "$ENGINE could not be installed here: tests/image.rs will not check the image itself"
-fi
-# tests/image.rs runs each foreign binary under user-mode emulation (the
-# package has every architecture's emulator).
-if [ "$ARCHES" != amd64 ]; then debian qemu-aarch64-static qemu-user-static; fi
 zig_dir="$TOOLS/ziglang-$ZIG_VERSION/ziglang"
 if [ "$ARCHES" != amd64 ]; then
 	if [ ! -x "$zig_dir/zig" ]; then
@@ -147,11 +156,10 @@ if [ "$ARCHES" != amd64 ]; then
 		python3 -m pip install --quiet --disable-pip-version-check --target "$TOOLS/ziglang-$ZIG_VERSION" "ziglang==$ZIG_VERSION" >&2
 	fi
 	cargo_tool cargo-zigbuild "$ZIGBUILD_VERSION"
-	debian llvm-objcopy llvm
 fi
 cargo_tool cargo-cyclonedx "$CYCLONEDX_VERSION"
 
-# 2. The static binaries, each staged as target/image/ARCH/csi-provisioner
+# 3. The static binaries, each staged as target/image/ARCH/csi-provisioner
 # (what the image gets). The cross builds link through scripts/zig-link.sh,
 # copied to a path that stays the same across clones: cargo rebuilds every
 # crate when a target's linker path changes.
@@ -252,7 +260,7 @@ if [ "${1:-}" = --binaries-only ]; then
 fi
 version=$(grep -m1 '^version' Cargo.toml | cut -d'"' -f2)
 
-# 3. The images, one per architecture, and the manifest list naming them.
+# 4. The images, one per architecture, and the manifest list naming them.
 base=${BASE:-}
 if [ -z "$base" ]; then
 	if "$ENGINE" image exists "$default_base" 2>/dev/null; then

@@ -93,6 +93,12 @@ time_binaries() {
   echo "$passed $failed $ignored" >"$binary_times.counts"
 }
 
+# The image's Debian packages (podman, qemu-user-static, musl-tools, llvm), installed meanwhile
+# where they are missing: downloads, about a minute on a fresh machine, that need no CPU.
+packages_log=$(mktemp)
+bash scripts/image.sh --packages >"$packages_log" 2>&1 &
+packages=$!
+
 # First, so that formatting or a clippy warning fails the run before the long part (`make lint`).
 phase lint "cargo fmt --check, cargo clippy -D warnings, cargo deny check licenses bans"
 make --no-print-directory lint
@@ -111,6 +117,9 @@ cargo build --workspace --bins --tests
 # across runs) and its SBOM, for tests/image.rs: built now rather than inside that test, beside
 # the others. The script also installs the image's tools (podman, qemu, zig...) when missing.
 phase "image binaries" "static release builds for ${ARCHES:-amd64 arm64}, SBOMs, the image's tools"
+# Whatever failed there is tried again, and reported, by the script below.
+wait "$packages" || { echo "scripts/image.sh --packages failed:"; cat "$packages_log"; } >&2
+rm -f "$packages_log"
 bash scripts/image.sh --binaries-only >/dev/null
 phase "control plane"
 # Torn down by the summary at exit, whatever happened.
