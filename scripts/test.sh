@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 # exit, however the run ends. Times in milliseconds, from bash's EPOCHREALTIME.
 now_ms() { local t=${EPOCHREALTIME/[.,]/}; echo $((t / 1000)); }
 start_ms=$(now_ms)
-phase_names=() phase_ms=() current='' current_ms=0
+phase_names=() phase_ms=() current='' current_ms=0 testbed=
 binary_times=$(mktemp)
 end_phase() {
   if [ -n "$current" ]; then
@@ -31,18 +31,18 @@ human() { # milliseconds → 4m05s / 12.3s
   fi
 }
 summary() {
-  local status=$? failed=${current:-}
+  local status=$? failed_phase=${current:-}
   end_phase
-  if [ -n "${CSI_TESTBED_DIR:-}" ]; then
+  if [ -n "$testbed" ]; then
     phase teardown
-    bash testbed/cluster.sh down "$CSI_TESTBED_DIR" || true
+    bash testbed/cluster.sh down "$testbed" || true
     end_phase
   fi
   echo "== time per phase (wall)"
   local i
   for i in "${!phase_names[@]}"; do
     printf '  %-34s %9s%s\n' "${phase_names[$i]}" "$(human "${phase_ms[$i]}")" \
-      "$([ "${phase_names[$i]}" = "$failed" ] && [ "$status" != 0 ] && echo '  (failed here)')"
+      "$([ "${phase_names[$i]}" = "$failed_phase" ] && [ "$status" != 0 ] && echo '  (failed here)')"
     # The test binaries, longest first: those of 10 s or more by name, the rest together.
     if [ "${phase_names[$i]}" = "cargo test" ] && [ -s "$binary_times" ]; then
       sort -k1,1nr "$binary_times" | awk -v limit=10000 '
@@ -123,7 +123,8 @@ rm -f "$packages_log"
 bash scripts/image.sh --binaries-only >/dev/null
 phase "control plane"
 # Torn down by the summary at exit, whatever happened.
-export CSI_TESTBED_DIR=$(mktemp -d /tmp/csi-testbed.XXXXXX)
+testbed=$(mktemp -d /tmp/csi-testbed.XXXXXX)
+export CSI_TESTBED_DIR=$testbed
 export CSI_TESTBED_OWNER_PID=$$
 eval "$(bash testbed/cluster.sh up "$CSI_TESTBED_DIR")"
 phase "cargo test"
