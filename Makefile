@@ -18,7 +18,8 @@ demo:
 # The container image: static musl binaries for amd64 and arm64 (arm64
 # cross-built with zig) on upstream's base (FROM scratch when that base is not
 # in local storage), one manifest list, a CycloneDX SBOM in each image and
-# beside it. IMAGE=, ARCHES=, BASE=, ENGINE=docker: see scripts/image.sh.
+# beside it. ARCHES=all for upstream's five (amd64 arm64 arm ppc64le s390x);
+# IMAGE=, ARCHES=, BASE=, ENGINE=docker: see scripts/image.sh.
 image:
 	@bash scripts/image.sh
 

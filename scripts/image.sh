@@ -6,13 +6,15 @@
 #
 #   IMAGE   the manifest list to build (default csi-provisioner:dev); each
 #           architecture's image is also tagged IMAGE-ARCH
-#   ARCHES  architectures, upstream's names (default: amd64 arm64; see below)
+#   ARCHES  architectures, upstream's names (default: amd64 arm64; `all`:
+#           upstream's five, amd64 arm64 arm ppc64le s390x; see below)
 #   BASE    base image (default: the Dockerfile's, upstream's
 #           gcr.io/distroless/static:latest, when it is in local storage;
 #           otherwise scratch, which needs no registry: see below)
 #   ENGINE  podman (default) or docker
-#   NIGHTLY the toolchain for arm and ppc64le (default nightly; see below)
+#   NIGHTLY the toolchain for arm, ppc64le and s390x (default nightly; see below)
 #
+# `scripts/image.sh --packages` only installs the Debian packages below.
 # `scripts/image.sh --binaries-only` stops after the static binaries and the
 # SBOMs, and prints one line per architecture: `ARCH PATH` (`make test` builds
 # them before the tests, so that tests/image.rs does not compile release
@@ -32,8 +34,9 @@
 # so for those the standard library is compiled from source with the rest
 # (NIGHTLY, default `nightly`, with its rust-src: -Zbuild-std is unstable),
 # linked against zig's own musl. They are not in the default ARCHES: each is
-# one more release build of everything, std included. arm and ppc64le build
-# so; s390x does not, nix 0.26.4 (from pprof) fails to compile for it:
+# one more release build of everything, std included.
+# s390x builds since the profiler is rpprof (Cargo.toml says why): pprof-rs'
+# nix 0.26 did not compile for it,
 #   error[E0428]: the name `fs_type_t` is defined multiple times
 #     --> nix-0.26.4/src/sys/statfs.rs:68:1
 #
@@ -53,6 +56,7 @@ cd "$(dirname "$0")/.."
 IMAGE=${IMAGE:-csi-provisioner:dev}
 ENGINE=${ENGINE:-podman}
 ARCHES=${ARCHES:-amd64 arm64}
+if [ "$ARCHES" = all ]; then ARCHES="amd64 arm64 arm ppc64le s390x"; fi
 NIGHTLY=${NIGHTLY:-nightly}
 TOOLS=${TOOLS:-$HOME/.cache/csi-provisioner-tools}
 ZIG_VERSION=0.15.2
@@ -89,10 +93,12 @@ debian() {
 	command -v "$command" >/dev/null && return
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
 		say "installing $package"
-		apt-get install -y -qq "$package" >&2 || { apt-get update -qq >&2 && apt-get install -y -qq "$package" >&2; }
+		# Waiting for dpkg's lock: the tests run this script twice at once.
+		local apt=(apt-get -o DPkg::Lock::Timeout=600)
+		"${apt[@]}" install -y -qq "$package" >&2 || { "${apt[@]}" update -qq >&2 && "${apt[@]}" install -y -qq "$package" >&2; }
 	else
 		say "$command is missing: install $package (Debian/Ubuntu)"
-		exit 1
+		return 1
 	fi
 }
 
@@ -107,7 +113,28 @@ cargo_tool() {
 	fi
 }
 
-# 1. The toolchain.
+# 1. Debian's packages. `--packages` stops after them: `make test` has them
+# installed while it compiles other things (they are downloads, not work for
+# the CPU).
+debian musl-gcc musl-tools
+# tests/image.rs runs each foreign binary under user-mode emulation (the
+# package has every architecture's emulator).
+if [ "$ARCHES" != amd64 ]; then
+	debian qemu-aarch64-static qemu-user-static
+	debian llvm-objcopy llvm
+fi
+# The engine too, although --binaries-only does not use it: `make test` runs
+# that first, and tests/image.rs then builds the image with the engine there.
+# Where it cannot be installed (not root, no apt-get, no such package) only
+# the image is left out: --binaries-only goes on, and the test says why it
+# skips; a build of the image stops here.
+if ! debian "$ENGINE" "$ENGINE"; then
+	[[ ${1:-} == --binaries-only || ${1:-} == --packages ]] || exit 1
+	say "$ENGINE could not be installed here: tests/image.rs will not check the image itself"
+fi
+if [ "${1:-}" = --packages ]; then exit 0; fi
+
+# 2. The toolchain.
 installed_targets=$(rustup target list --installed 2>/dev/null || true)
 for arch in $ARCHES; do
 	target=$(rust_target "$arch")
@@ -122,10 +149,6 @@ for arch in $ARCHES; do
 		rustup target add "$target" >&2 || { say "no standard library for $target: leave $arch out of ARCHES"; exit 1; }
 	fi
 done
-debian musl-gcc musl-tools
-# tests/image.rs runs each foreign binary under user-mode emulation (the
-# package has every architecture's emulator).
-if [ "$ARCHES" != amd64 ]; then debian qemu-aarch64-static qemu-user-static; fi
 zig_dir="$TOOLS/ziglang-$ZIG_VERSION/ziglang"
 if [ "$ARCHES" != amd64 ]; then
 	if [ ! -x "$zig_dir/zig" ]; then
@@ -133,11 +156,10 @@ if [ "$ARCHES" != amd64 ]; then
 		python3 -m pip install --quiet --disable-pip-version-check --target "$TOOLS/ziglang-$ZIG_VERSION" "ziglang==$ZIG_VERSION" >&2
 	fi
 	cargo_tool cargo-zigbuild "$ZIGBUILD_VERSION"
-	debian llvm-objcopy llvm
 fi
 cargo_tool cargo-cyclonedx "$CYCLONEDX_VERSION"
 
-# 2. The static binaries, each staged as target/image/ARCH/csi-provisioner
+# 3. The static binaries, each staged as target/image/ARCH/csi-provisioner
 # (what the image gets). The cross builds link through scripts/zig-link.sh,
 # copied to a path that stays the same across clones: cargo rebuilds every
 # crate when a target's linker path changes.
@@ -238,7 +260,7 @@ if [ "${1:-}" = --binaries-only ]; then
 fi
 version=$(grep -m1 '^version' Cargo.toml | cut -d'"' -f2)
 
-# 3. The images, one per architecture, and the manifest list naming them.
+# 4. The images, one per architecture, and the manifest list naming them.
 base=${BASE:-}
 if [ -z "$base" ]; then
 	if "$ENGINE" image exists "$default_base" 2>/dev/null; then
@@ -251,7 +273,6 @@ if [ -z "$base" ]; then
 		base=scratch
 	fi
 fi
-debian "$ENGINE" "$ENGINE"
 revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 if [ -n "$(git status --porcelain 2>/dev/null)" ]; then revision="$revision-dirty"; fi
 source_url=$(git remote get-url origin 2>/dev/null || true)

@@ -1,6 +1,7 @@
 //! `--enable-pprof`: Go's `/debug/pprof/` paths, served with what a Rust process has. The CPU
-//! profile samples on SIGPROF (pprof-rs, at Go's 100 Hz) and answers pprof's protobuf, which
-//! `go tool pprof` reads; the profiles only Go's runtime keeps answer 501 saying why.
+//! profile samples on SIGPROF (rpprof, a fork of pprof-rs, at Go's 100 Hz) and answers pprof's
+//! protobuf, which `go tool pprof` reads; the profiles only Go's runtime keeps answer 501 saying
+//! why.
 
 use std::time::Duration;
 
@@ -8,7 +9,7 @@ use http_body_util::Full;
 use hyper::Response;
 use hyper::StatusCode;
 use hyper::body::Bytes;
-use pprof::protos::Message;
+use rpprof::protos::Message;
 
 use super::reply;
 
@@ -133,10 +134,10 @@ fn seconds(query: Option<&str>) -> u64 {
 /// Samples for `seconds`, then answers the profile (uncompressed protobuf: `go tool pprof`
 /// reads it as it reads Go's gzipped one).
 async fn cpu(seconds: u64) -> Response<Full<Bytes>> {
-    let builder = pprof::ProfilerGuardBuilder::default().frequency(HZ);
+    let builder = rpprof::ProfilerGuardBuilder::default().frequency(HZ);
     // Unwinding from inside these from a signal handler can deadlock (pprof-rs' advice).
-    // pprof-rs has the list only where it unwinds by frame pointer itself: not on the image's
-    // arm, ppc64le and s390x builds, where it unwinds with backtrace-rs.
+    // rpprof has the list only where it reads the interrupted instruction pointer itself: not
+    // on the image's arm, ppc64le and s390x builds.
     #[cfg(any(
         target_arch = "x86_64",
         target_arch = "aarch64",
@@ -147,14 +148,14 @@ async fn cpu(seconds: u64) -> Response<Full<Bytes>> {
     let guard = match builder.build() {
         Ok(guard) => guard,
         // Go's words for a second profile at once.
-        Err(pprof::Error::Running) => return failed("cpu profiling already in use".into()),
+        Err(rpprof::Error::Running) => return failed("cpu profiling already in use".into()),
         Err(e) => return failed(e.to_string()),
     };
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     // Symbolizing reads the binary's symbol table: blocking work, off the runtime's thread.
     let encoded = tokio::task::spawn_blocking(move || {
         let profile = guard.report().build()?.pprof()?;
-        Ok::<_, pprof::Error>(profile.encode_to_vec())
+        Ok::<_, rpprof::Error>(profile.encode_to_vec())
     })
     .await;
     match encoded {
