@@ -104,6 +104,15 @@ pub struct RoundLabels {
     pub round: String,
 }
 
+/// Why an event was not sent (`csi_provisioner_events_dropped_total`):
+/// `queue_full` (recorded while the queue was full), `over_budget` (client-go's
+/// spam filter: over the object's 25, or within its 5 minutes), `failed` (the
+/// API server refused it).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DroppedLabels {
+    pub why: String,
+}
+
 /// An object kind, for `csi_provisioner_stale_cache_answers_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ObjectLabels {
@@ -164,6 +173,8 @@ pub struct Metrics {
     /// many claims each round served.
     pub freshness_checks: Family<FreshnessLabels, Counter>,
     pub freshness_round_size: HistogramFamily<RoundLabels>,
+    /// Ours: events not sent, by why.
+    pub events_dropped: Family<DroppedLabels, Counter>,
     claims: ClaimCollector,
 }
 
@@ -214,8 +225,14 @@ impl Metrics {
             stale_cache_answers: Family::default(),
             freshness_checks: Family::default(),
             freshness_round_size: Family::new_with_constructor(round_size_histogram),
+            events_dropped: Family::default(),
             claims: ClaimCollector::default(),
         };
+        for why in ["queue_full", "over_budget", "failed"] {
+            m.events_dropped
+                .get_or_create(&DroppedLabels { why: why.into() })
+                .inc_by(0);
+        }
         for object in ["claim", "pv"] {
             m.stale_cache_answers
                 .get_or_create(&ObjectLabels {
@@ -353,6 +370,11 @@ impl Metrics {
             "csi_provisioner_freshness_round_size",
             "Claims one freshness round answered, by round: version (the API server's version of claims) or listing (the claims pending for us)",
             self.freshness_round_size.clone(),
+        );
+        registry.register(
+            "csi_provisioner_events_dropped",
+            "Events not sent, by why: queue_full (recorded while the queue was full), over_budget (client-go's spam filter), failed (the API server refused it)",
+            self.events_dropped.clone(),
         );
         registry.register_collector(Box::new(self.claims.clone()));
     }

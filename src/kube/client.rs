@@ -6,6 +6,7 @@ use std::path::Path;
 
 use kube::Client;
 
+use super::activity::ActivityLayer;
 use super::throttle::ThrottleLayer;
 
 /// The client could not be built (kubeconfig, in-cluster config, `--master`).
@@ -40,15 +41,17 @@ pub async fn build(
     master: Option<&str>,
     throttle: Option<ThrottleLayer>,
 ) -> Result<Client, ClientError> {
-    build_with(kubeconfig, master, throttle, REQUESTS_IN_FLIGHT).await
+    build_with(kubeconfig, master, throttle, REQUESTS_IN_FLIGHT, None).await
 }
 
-/// [`build`], with at most `in_flight` requests in flight.
+/// [`build`], with at most `in_flight` requests in flight, counted by `activity` when given
+/// (the work lane's: `super::activity`).
 pub async fn build_with(
     kubeconfig: Option<&Path>,
     master: Option<&str>,
     throttle: Option<ThrottleLayer>,
     in_flight: usize,
+    activity: Option<ActivityLayer>,
 ) -> Result<Client, ClientError> {
     let err = |e: &dyn std::fmt::Display| ClientError(e.to_string());
     let mut config = match kubeconfig {
@@ -73,9 +76,14 @@ pub async fn build_with(
         .map_err(|e| err(&e))?
         .with_layer(&super::dispatch::DispatchLayer)
         .with_layer(&tower::limit::ConcurrencyLimitLayer::new(in_flight.max(1)));
-    Ok(match throttle {
-        None => builder.build(),
-        Some(layer) => builder.with_layer(&layer).build(),
+    // Outermost: the throttle, then the activity count (from a token to the answer).
+    Ok(match (throttle, activity) {
+        (None, None) => builder.build(),
+        (Some(throttle), None) => builder.with_layer(&throttle).build(),
+        (None, Some(activity)) => builder.with_layer(&activity).build(),
+        (Some(throttle), Some(activity)) => {
+            builder.with_layer(&throttle).with_layer(&activity).build()
+        }
     })
 }
 

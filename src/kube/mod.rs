@@ -2,6 +2,7 @@
 //! fenced finalizer patches (PVs) and updates (claims, snapshots), event
 //! recording, and the slim PV we cache.
 
+pub mod activity;
 pub mod client;
 pub mod clock;
 pub mod dispatch;

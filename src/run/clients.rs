@@ -12,6 +12,7 @@ use tracing::{info, warn};
 
 use super::FatalError;
 use crate::config::{ClientConfig, RateLimit};
+use crate::kube::activity::{Activity, ActivityLayer};
 use crate::kube::client;
 use crate::kube::throttle::{Lane, SharedBucket, ThrottleLayer};
 
@@ -27,6 +28,8 @@ pub(super) struct Clients {
     pub background: Client,
     /// The shared bucket (none without a rate limit), to ask whether work waits.
     pub bucket: Option<SharedBucket>,
+    /// Whether the work lane is busy: events wait for it to be idle.
+    pub activity: Activity,
     kubeconfig: Option<PathBuf>,
     master: Option<String>,
 }
@@ -40,17 +43,27 @@ impl Clients {
         } = cfg;
         let bucket = bucket(rate_limit);
         let lane = |lane| bucket.as_ref().map(|b| b.layer(lane));
-        let build = |throttle, in_flight| {
-            build_with(kubeconfig.as_ref(), master.as_deref(), throttle, in_flight)
+        let activity = Activity::new(bucket.clone());
+        let build = |throttle, in_flight, counted: Option<ActivityLayer>| {
+            build_with(
+                kubeconfig.as_ref(),
+                master.as_deref(),
+                throttle,
+                in_flight,
+                counted,
+            )
         };
-        let priority = build(lane(Lane::Priority), client::REQUESTS_IN_FLIGHT).await?;
-        let work = build(lane(Lane::Work), workers.max(client::REQUESTS_IN_FLIGHT)).await?;
-        let background = build(lane(Lane::Background), client::REQUESTS_IN_FLIGHT).await?;
+        let single = client::REQUESTS_IN_FLIGHT;
+        let priority = build(lane(Lane::Priority), single, None).await?;
+        let work_in_flight = workers.max(single);
+        let work = build(lane(Lane::Work), work_in_flight, Some(activity.layer())).await?;
+        let background = build(lane(Lane::Background), single, None).await?;
         Ok(Clients {
             priority,
             work,
             background,
             bucket,
+            activity,
             kubeconfig,
             master,
         })
@@ -74,7 +87,14 @@ async fn build(
     master: Option<&str>,
     throttle: Option<ThrottleLayer>,
 ) -> Result<Client, FatalError> {
-    build_with(kubeconfig, master, throttle, client::REQUESTS_IN_FLIGHT).await
+    build_with(
+        kubeconfig,
+        master,
+        throttle,
+        client::REQUESTS_IN_FLIGHT,
+        None,
+    )
+    .await
 }
 
 async fn build_with(
@@ -82,9 +102,10 @@ async fn build_with(
     master: Option<&str>,
     throttle: Option<ThrottleLayer>,
     in_flight: usize,
+    activity: Option<ActivityLayer>,
 ) -> Result<Client, FatalError> {
     let kubeconfig = kubeconfig.map(PathBuf::as_path);
-    Ok(client::build_with(kubeconfig, master, throttle, in_flight).await?)
+    Ok(client::build_with(kubeconfig, master, throttle, in_flight, activity).await?)
 }
 
 fn bucket(rate_limit: RateLimit) -> Option<SharedBucket> {

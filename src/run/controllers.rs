@@ -253,7 +253,13 @@ fn context(
     Arc::new(Context {
         client: clients.work.clone(),
         csi,
-        recorder: EventRecorder::new(clients.background.clone(), &component, ""),
+        recorder: EventRecorder::new(
+            clients.background.clone(),
+            &component,
+            "",
+            clients.activity.clone(),
+            shared.metrics.events_dropped.clone(),
+        ),
         driver: info,
         options: shared.options,
         metrics: shared.metrics,

@@ -209,7 +209,13 @@ impl Rig {
                 capabilities: caps,
             },
             options: ProvisionOptions::default(),
-            recorder: EventRecorder::new(client.clone(), "test", ""),
+            recorder: EventRecorder::new(
+                client.clone(),
+                "test",
+                "",
+                Default::default(),
+                metrics.events_dropped.clone(),
+            ),
             metrics,
             leader: LeaderGate::always(),
             caches: Caches {

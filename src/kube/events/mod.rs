@@ -4,6 +4,12 @@
 //! object, source and type at once, then one per 5 minutes. Messages never contain
 //! secret data: callers pass error texts built from names, never from secret
 //! values.
+//!
+//! An event waits until the work lane is idle (no provisioning or deletion
+//! request in flight or waiting for a token: `super::activity`), at most
+//! [`DEFER_LIMIT`] after it was recorded, so that reports never compete with
+//! a burst for the API server. Every event not sent is counted
+//! (`csi_provisioner_events_dropped_total`), where client-go drops silently.
 
 mod correlate;
 
@@ -18,12 +24,22 @@ use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+
 use self::correlate::{Correlator, Subject, Verdict};
+use super::activity::Activity;
+use crate::metrics::DroppedLabels;
 use crate::names::Reason;
 
-/// Events waiting to be sent; beyond this, new ones are dropped (with a log
-/// line), as client-go's broadcaster drops when its queue is full.
-const QUEUE: usize = 1000;
+/// Events waiting to be sent; beyond this, new ones are dropped (counted, with
+/// a log line), as client-go's broadcaster drops when its queue (1,000) is
+/// full. Larger than client-go's: events now wait for an idle moment, and a
+/// burst of 2,000 claims records 4,000.
+const QUEUE: usize = 4096;
+
+/// The longest an event waits for the work lane to be idle.
+pub const DEFER_LIMIT: Duration = Duration::from_secs(10);
 
 /// One event to send, with everything taken from the object at record time.
 struct Pending {
@@ -35,6 +51,8 @@ struct Pending {
     reason: Reason,
     message: String,
     at: Time,
+    /// When it was recorded (for how long it may wait for an idle lane).
+    recorded: tokio::time::Instant,
 }
 
 enum Message {
@@ -47,20 +65,30 @@ enum Message {
 /// Events are sent in the order they were recorded.
 pub struct EventRecorder {
     queue: mpsc::Sender<Message>,
+    dropped: Family<DroppedLabels, Counter>,
 }
 
 impl EventRecorder {
-    /// Starts the sender task on the current tokio runtime.
-    pub fn new(client: Client, component: &str, host: &str) -> EventRecorder {
+    /// Starts the sender task on the current tokio runtime: it sends when
+    /// `work` is idle, and counts what it does not send in `dropped`.
+    pub fn new(
+        client: Client,
+        component: &str,
+        host: &str,
+        work: Activity,
+        dropped: Family<DroppedLabels, Counter>,
+    ) -> EventRecorder {
         let (queue, rx) = mpsc::channel(QUEUE);
         let sender = Sender {
             client,
             component: component.to_string(),
             host: host.to_string(),
             correlator: Correlator::default(),
+            work,
+            dropped: dropped.clone(),
         };
         tokio::spawn(sender.run(rx));
-        EventRecorder { queue }
+        EventRecorder { queue, dropped }
     }
 
     /// Queues an event on `obj` (its type follows from its reason). Failures
@@ -101,8 +129,10 @@ impl EventRecorder {
             reason,
             message: message.to_string(),
             at: Time(Timestamp::now()),
+            recorded: tokio::time::Instant::now(),
         };
         if let Err(e) = self.queue.try_send(Message::Event(Box::new(pending))) {
+            dropped(&self.dropped, "queue_full");
             warn!(%reason, object = %obj.name_any(), error = %e, "event dropped");
         }
     }
@@ -119,11 +149,20 @@ impl EventRecorder {
     }
 }
 
+/// Counts one event not sent, and why.
+fn dropped(counter: &Family<DroppedLabels, Counter>, why: &str) {
+    counter
+        .get_or_create(&DroppedLabels { why: why.into() })
+        .inc();
+}
+
 struct Sender {
     client: Client,
     component: String,
     host: String,
     correlator: Correlator,
+    work: Activity,
+    dropped: Family<DroppedLabels, Counter>,
 }
 
 impl Sender {
@@ -131,7 +170,12 @@ impl Sender {
         while let Some(message) = rx.recv().await {
             match message {
                 Message::Event(p) => {
+                    let waited = p.recorded.elapsed();
+                    self.work
+                        .wait_idle(DEFER_LIMIT.saturating_sub(waited))
+                        .await;
                     if let Err(e) = self.send(&p).await {
+                        dropped(&self.dropped, "failed");
                         warn!(reason = %p.reason, error = %e, object = %p.object_name, "failed to record event");
                     }
                 }
@@ -166,6 +210,7 @@ impl Sender {
             count,
         } = verdict
         else {
+            dropped(&self.dropped, "over_budget");
             debug!(reason = %p.reason, object = %p.object_name, "event not sent: over the object's event budget");
             return Ok(());
         };
@@ -205,5 +250,97 @@ impl Sender {
         };
         api.create(&PostParams::default(), &event).await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use http_body_util::BodyExt;
+    use hyper::body::Bytes;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    use super::*;
+    use crate::kube::throttle::{Lane, SharedBucket};
+
+    /// An API server that records each request's method and path and echoes its body.
+    fn client(seen: Arc<Mutex<Vec<String>>>) -> Client {
+        let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let seen = seen.clone();
+            async move {
+                seen.lock()
+                    .unwrap()
+                    .push(format!("{} {}", req.method(), req.uri().path()));
+                let body = req.into_body().collect().await?.to_bytes();
+                Ok::<_, tower::BoxError>(http::Response::new(http_body_util::Full::new(
+                    Bytes::from(body.to_vec()),
+                )))
+            }
+        });
+        Client::new(svc, "default")
+    }
+
+    fn object() -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("c".into()),
+                namespace: Some("ns".into()),
+                uid: Some("u".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_event_waits_for_the_work_lane_to_be_idle_but_not_for_ever() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let bucket = SharedBucket::new(1.0, 1);
+        let work = Activity::new(Some(bucket.clone()));
+        let dropped = Family::default();
+        let recorder = EventRecorder::new(client(seen.clone()), "test", "", work, dropped);
+        // Work waits for a token for as long as the test says.
+        let _ = bucket.take_for_test(Lane::Work);
+        let _ = bucket.take_for_test(Lane::Work);
+        recorder.record(&object(), Reason::Provisioning, "busy");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(seen.lock().unwrap().is_empty(), "not while work waits");
+        tokio::time::sleep(DEFER_LIMIT).await;
+        assert_eq!(seen.lock().unwrap().len(), 1, "sent once its wait ran out");
+        // Idle: at once.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let _ = bucket.take_for_test(Lane::Work);
+        assert!(!bucket.work_is_waiting());
+        recorder.record(&object(), Reason::ProvisioningFailed, "idle");
+        recorder.flush(Duration::from_millis(100)).await;
+        assert_eq!(seen.lock().unwrap().len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn events_not_sent_are_counted() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let dropped: Family<DroppedLabels, Counter> = Family::default();
+        let recorder = EventRecorder::new(
+            client(seen.clone()),
+            "test",
+            "",
+            Activity::default(),
+            dropped.clone(),
+        );
+        for i in 0..30 {
+            recorder.record(
+                &object(),
+                Reason::ProvisioningFailed,
+                &format!("failed {i}"),
+            );
+        }
+        recorder.flush(Duration::from_secs(1)).await;
+        let over = dropped
+            .get_or_create(&DroppedLabels {
+                why: "over_budget".into(),
+            })
+            .get();
+        assert!(over >= 5, "over client-go's 25 per object and type: {over}");
     }
 }
