@@ -104,44 +104,29 @@ pub fn trim_node(node: &mut PartialObjectMeta<Node>) {
     };
 }
 
-/// Caches filled by hand, for tests: (node, our keys on its CSINode or no
-/// CSINode, its labels or no Node).
+/// Caches filled by hand, for tests: the CSINodes and Nodes of `rows`.
 #[cfg(test)]
-pub fn filled(
-    driver: &str,
-    rows: &[(&str, Option<&[&str]>, Option<&[(&str, &str)]>)],
-) -> TopologyCaches {
+pub fn filled(driver: &str, rows: &[topo::cluster::Row<'_>]) -> TopologyCaches {
     use kube::runtime::{reflector, watcher};
+    let table = topo::cluster::Table::of(rows);
     let (csinodes, mut csinode_writer) = reflector::store();
+    for (name, keys) in table.csinodes {
+        let mut csinode = CSINode::default();
+        csinode.metadata.name = Some(name.clone());
+        csinode.spec.drivers.push(CSINodeDriver {
+            name: driver.into(),
+            node_id: name,
+            topology_keys: Some(keys),
+            ..Default::default()
+        });
+        csinode_writer.apply_watcher_event(&watcher::Event::Apply(csinode));
+    }
     let (nodes, mut node_writer) = reflector::store();
-    for (name, keys, labels) in rows {
-        if let Some(keys) = keys {
-            let mut csinode = CSINode {
-                metadata: ObjectMeta {
-                    name: Some(name.to_string()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            };
-            csinode.spec.drivers.push(CSINodeDriver {
-                name: driver.into(),
-                node_id: name.to_string(),
-                topology_keys: Some(keys.iter().map(|k| k.to_string()).collect()),
-                ..Default::default()
-            });
-            csinode_writer.apply_watcher_event(&watcher::Event::Apply(csinode));
-        }
-        if let Some(labels) = labels {
-            let mut node = PartialObjectMeta::<Node>::default();
-            node.metadata.name = Some(name.to_string());
-            node.metadata.labels = Some(
-                labels
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-            );
-            node_writer.apply_watcher_event(&watcher::Event::Apply(node));
-        }
+    for (name, labels) in table.nodes {
+        let mut node = PartialObjectMeta::<Node>::default();
+        node.metadata.name = Some(name);
+        node.metadata.labels = Some(labels);
+        node_writer.apply_watcher_event(&watcher::Event::Apply(node));
     }
     TopologyCaches {
         driver: driver.into(),

@@ -159,6 +159,36 @@ pub struct Table {
     pub nodes: std::collections::BTreeMap<String, Labels>,
 }
 
+/// One node of a [`Table`]: its name, our driver's keys on its CSINode
+/// (`None`: no CSINode), its labels (`None`: no Node).
+#[cfg(test)]
+pub type Row<'a> = (
+    &'a str,
+    Option<&'a [&'a str]>,
+    Option<&'a [(&'a str, &'a str)]>,
+);
+
+#[cfg(test)]
+impl Table {
+    pub fn of(rows: &[Row<'_>]) -> Table {
+        let mut t = Table::default();
+        for (name, keys, labels) in rows {
+            if let Some(keys) = keys {
+                let keys = keys.iter().map(|k| k.to_string()).collect();
+                t.csinodes.insert(name.to_string(), keys);
+            }
+            if let Some(labels) = labels {
+                let labels = labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+                t.nodes.insert(name.to_string(), labels);
+            }
+        }
+        t
+    }
+}
+
 #[cfg(test)]
 impl Cluster for Table {
     fn csinode_keys(&self, node: &str) -> Option<Vec<String>> {
@@ -185,10 +215,6 @@ impl Cluster for Table {
 mod tests {
     use super::*;
 
-    fn strings(items: &[&str]) -> Vec<String> {
-        items.iter().map(|s| s.to_string()).collect()
-    }
-
     fn labels(pairs: &[(&str, &str)]) -> Labels {
         pairs
             .iter()
@@ -196,18 +222,8 @@ mod tests {
             .collect()
     }
 
-    /// A cluster of (node, CSINode keys or no CSINode, Node labels or no Node).
-    fn cluster(rows: &[(&str, Option<&[&str]>, Option<&[(&str, &str)]>)]) -> Table {
-        let mut t = Table::default();
-        for (name, keys, node) in rows {
-            if let Some(keys) = keys {
-                t.csinodes.insert(name.to_string(), strings(keys));
-            }
-            if let Some(node) = node {
-                t.nodes.insert(name.to_string(), labels(node));
-            }
-        }
-        t
+    fn cluster(rows: &[Row<'_>]) -> Table {
+        Table::of(rows)
     }
 
     /// Two key sets (upstream #1589), a node without the driver, a Node
