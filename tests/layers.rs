@@ -592,7 +592,8 @@ fn the_reader_sees_what_the_layers_are_made_of() {
     // `super::` path, an inline path, and none in a comment, a string or a test module.
     let graph = graph();
     assert!(!graph.contains_key("src/controller/claim/tests.rs"));
-    assert!(!graph.contains_key("src/provision/migration/tests.rs"));
+    assert!(!graph.contains_key("src/provision/migration/tests/mod.rs"));
+    assert!(!graph.contains_key("src/provision/migration/tests/rbd.rs"));
     assert!(!graph.contains_key("src/controller/volume/tests.rs"));
     let volume = &graph["src/controller/volume/delete.rs"];
     for want in [
