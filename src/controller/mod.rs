@@ -16,6 +16,7 @@ pub mod queue;
 #[cfg(test)]
 pub mod scripted;
 pub mod snapshot_sweep;
+pub mod topology;
 pub mod volume;
 
 use std::collections::HashMap;
@@ -95,6 +96,10 @@ pub struct Caches {
     /// Namespaces, metadata only and trimmed to the listed keys, when a
     /// request carries namespace metadata (`--extra-create-metadata-namespace-*`).
     pub namespaces: Option<Store<PartialObjectMeta<Namespace>>>,
+    /// CSINodes and Nodes (metadata only), when claims get accessibility
+    /// requirements from the cluster (`provision::topology::served`, a
+    /// central replica).
+    pub topology: Option<topology::TopologyCaches>,
 }
 
 /// The VolumeAttachment cache and whether its first list is in.

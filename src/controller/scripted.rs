@@ -229,6 +229,7 @@ impl Bench {
                 claims_progress: Default::default(),
                 attachments: None,
                 namespaces: None,
+                topology: None,
             },
             claims: memory,
             intent: IntentMode::Write,

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use futures::future::OptionFuture;
 use futures::{FutureExt, Stream, StreamExt};
-use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::core::PartialObjectMeta;
@@ -31,6 +31,7 @@ use super::watch::{Cached, cached_stream, drop_managed_fields, source_stream};
 use crate::config::{CapacityConfig, MetadataConfig};
 use crate::controller::claim::intent::IntentMode;
 use crate::controller::claim::{ClaimMemory, IntentReleaser};
+use crate::controller::topology::{self, TopologyCaches};
 use crate::controller::{
     Attachments, Caches, Context, VolumeMemory, capacity, claim, queue, snapshot_sweep, volume,
 };
@@ -41,6 +42,7 @@ use crate::kube::throttle::SharedBucket;
 use crate::kube::watch::{Metadata, Progress};
 use crate::kube::{EventRecorder, LeaderGate, Listed};
 use crate::metrics::Metrics;
+use crate::provision::topology as topo;
 use crate::provision::{DriverInfo, ProvisionOptions};
 
 /// How the controllers are paced: `--worker-threads`, `--retry-interval-*`,
@@ -95,7 +97,6 @@ pub(super) async fn start(
     } = parts;
     let (classes, class_writer) = reflector::store();
     let (claims, claim_writer) = reflector::store();
-    let claims_progress = Progress::default();
     let (volumes, volume_writer) = reflector::store();
     let classes_listed = Listed::default();
     // Every watch goes through the priority lane: it (re)starts ahead of queued work.
@@ -104,15 +105,19 @@ pub(super) async fn start(
         attachment_cache(&clients.priority, &driver.info, stop).unzip();
     let (namespaces, namespace_watch) =
         namespace_cache(&clients.priority, &options.metadata, stop).unzip();
+    // Spawned now: claims wait for its first list as for the classes'.
+    let (topology, topology_watch) =
+        topology_cache(&clients.priority, &driver, &options, stop).unzip();
     let caches = Caches {
         classes,
         volumes,
         volumes_listed: Listed::default(),
         claims,
         claims_listed: Listed::default(),
-        claims_progress,
+        claims_progress: Progress::default(),
         attachments,
         namespaces,
+        topology: topology.clone(),
     };
     let shared = Shared {
         options,
@@ -130,12 +135,8 @@ pub(super) async fn start(
         volume_controller(&runner, &ctx, &clients.priority, volume_writer),
     );
 
-    // Classes must be known before claims are judged; wait for the first list.
     let classes = tokio::spawn(class_watch);
-    tokio::select! {
-        _ = classes_listed.wait() => {}
-        _ = stop.cancelled() => {}
-    }
+    first_lists(&classes_listed, topology.as_ref(), stop).await;
     info!("started");
 
     // Each controller is a task of its own: kube-runtime polls every
@@ -144,9 +145,10 @@ pub(super) async fn start(
     // too, and the other way round. Dropped (a lost Lease), they are aborted.
     let sweep = sweep(&ctx, tuning.snapshot_sweep, &clients.work, stop).await;
     let tracker = capacity.map(|c| own_task(c.run(ctx.clone(), stop.clone())));
-    let watches = futures::future::join(
+    let watches = futures::future::join3(
         OptionFuture::from(attachment_watch.map(own_task)),
         OptionFuture::from(namespace_watch.map(own_task)),
+        OptionFuture::from(topology_watch.map(joined)),
     );
     let work = futures::future::join5(
         own_task(claims),
@@ -157,6 +159,26 @@ pub(super) async fn start(
     )
     .map(|_| ());
     Started { ctx, classes, work }
+}
+
+/// Returns once the classes (and the topology caches, as upstream waits for
+/// its informers) hold their first lists, which claims are judged by, or
+/// once `stop` fired.
+async fn first_lists(
+    classes: &Listed,
+    topology: Option<&TopologyCaches>,
+    stop: &CancellationToken,
+) {
+    let listed = async {
+        classes.wait().await;
+        if let Some(topology) = topology {
+            topology.listed().await;
+        }
+    };
+    tokio::select! {
+        _ = listed => {}
+        _ = stop.cancelled() => {}
+    }
 }
 
 /// The claim controller, fed by the claim watch: first come, first served
@@ -375,6 +397,61 @@ fn namespace_cache(
     Some((store, watch))
 }
 
+/// The CSINodes and Nodes, when claims get their topology from the cluster
+/// (`topo::served`, a central replica; one per node has its topology from
+/// `NodeGetInfo`, as upstream): CSINodes cut to our driver's keys, Nodes as
+/// metadata alone cut to name and labels. Spawned at once; the watches end
+/// with `stop`.
+fn topology_cache(
+    client: &Client,
+    driver: &Driver,
+    options: &ProvisionOptions,
+    stop: &CancellationToken,
+) -> Option<(TopologyCaches, AbortOnDropHandle<()>)> {
+    if !topo::served(&driver.info, options) || driver.place.node().is_some() {
+        return None;
+    }
+    info!("the driver reports topology: watching CSINodes and Nodes (metadata only)");
+    let (csinodes, csinode_writer) = reflector::store();
+    let (nodes, node_writer) = reflector::store();
+    let caches = TopologyCaches {
+        driver: driver.info.name.clone(),
+        csinodes,
+        csinodes_listed: Listed::default(),
+        nodes,
+        nodes_listed: Listed::default(),
+    };
+    let name = caches.driver.clone();
+    let csinode_watch = source_stream(
+        Api::<CSINode>::all(client.clone()),
+        csinode_writer,
+        caches.csinodes_listed.clone(),
+        Progress::default(),
+        move |c: &mut CSINode| topology::trim_csinode(c, &name),
+        |_| true,
+        |_| {},
+    )
+    .for_each(|_| async {});
+    let node_watch = source_stream(
+        Metadata(Api::<Node>::all(client.clone())),
+        node_writer,
+        caches.nodes_listed.clone(),
+        Progress::default(),
+        topology::trim_node,
+        |_| true,
+        |_| {},
+    )
+    .for_each(|_| async {});
+    let stop = stop.clone();
+    let watch = async move {
+        tokio::select! {
+            _ = futures::future::join(csinode_watch, node_watch) => {}
+            _ = stop.cancelled() => {}
+        }
+    };
+    Some((caches, AbortOnDropHandle::new(tokio::spawn(watch))))
+}
+
 /// The entries of `map` whose keys are listed.
 fn only(
     map: Option<std::collections::BTreeMap<String, String>>,
@@ -572,7 +649,13 @@ async fn sweep(
 /// Runs `work` as a task of its own, aborted when the returned future is
 /// dropped; a panic in it is a panic of the caller, as if it ran inline.
 async fn own_task(work: impl Future<Output = ()> + Send + 'static) {
-    match AbortOnDropHandle::new(tokio::spawn(work)).await {
+    joined(AbortOnDropHandle::new(tokio::spawn(work))).await
+}
+
+/// A task spawned already, as [`own_task`] runs it: aborted when the
+/// returned future is dropped, its panic the caller's.
+async fn joined(task: AbortOnDropHandle<()>) {
+    match task.await {
         Ok(()) => {}
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         // Cancelled: only by a runtime shutting down (an abort drops this future first).

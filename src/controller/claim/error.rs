@@ -71,7 +71,7 @@ pub enum ClaimError {
     /// The selected node's CSINode is gone: the scheduler must choose again.
     #[error("failed to get selected CSINode {node}: csinode.storage.k8s.io \"{node}\" not found")]
     SelectedNodeGone { node: String },
-    /// Reading the selected node's CSINode/Node or the cluster's nodes.
+    /// Confirming that the selected node's CSINode, missing from its cache, is gone.
     #[error("error generating accessibility requirements: {}", api_message(.0))]
     ReadTopology(#[source] kube::Error),
     /// The fenced write of the intent (or the read after a conflict) failed.

@@ -1,14 +1,15 @@
 //! The one gathering of what a claim's `CreateVolume` needs beyond the claim
 //! and its class — the ReferenceGrants of a cross-namespace source, the
 //! snapshot or source claim, the VolumeAttributesClass's parameters, the
-//! topology, the provisioner secret — all read live, after which the request
-//! is built once, complete ([`Plan::request`]). Strict for a create: every
+//! provisioner secret, all read live, and the topology, from the CSINode and
+//! Node caches — after which the request is built once, complete
+//! ([`Plan::request`]). Strict for a create: every
 //! check applies and any failure stops it. Best effort for the cleanup of a
 //! deleted claim: the same request as far as it can still be rebuilt.
 
 use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttributesClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ListParams;
@@ -25,7 +26,9 @@ use crate::kube::reference_grant::ReferenceGrant;
 use crate::kube::snapshot::{VolumeSnapshot, VolumeSnapshotContent};
 use crate::kube::{api_message, get_fresh};
 use crate::provision::snapshot::SnapshotSource;
-use crate::provision::topology::{self as topo, Segments, SelectedNode, TopologyInputs};
+use crate::provision::topology::{
+    self as topo, Ask, Segments, SelectedNode, TopologyError, TopologyInputs,
+};
 use crate::provision::{self, ClaimView, Gathered, Plan, ProvisionError};
 
 /// A create, ready to go: its plan, its complete request, and the source it
@@ -60,15 +63,19 @@ pub async fn for_create(
         Some(name) => vac_parameters(ctx, name).await?,
         None => HashMap::new(),
     };
-    let accessibility_requirements = topology(ctx, claim, class).await.map_err(|e| match e {
+    let accessibility_requirements = match topology(ctx, claim, class) {
+        Ok(requirements) => requirements,
         // upstream #1438: a vanished node must not pin the claim forever.
-        TopologyError::SelectedNodeGone(node) => ClaimError::SelectedNodeGone { node },
-        TopologyError::Invalid(e) => {
-            ProvisionError::Topology(format!("error generating accessibility requirements: {e}"))
-                .into()
+        Err(TopologyError::SelectedNodeGone(node)) => {
+            return Err(confirm_gone(ctx, node).await);
         }
-        TopologyError::Kube(e) => ClaimError::ReadTopology(e),
-    })?;
+        Err(TopologyError::Invalid(e)) => {
+            return Err(ProvisionError::Topology(format!(
+                "error generating accessibility requirements: {e}"
+            ))
+            .into());
+        }
+    };
     let secrets = match plan.provisioner_secret() {
         Some(r) => ctx
             .secret_data(r)
@@ -139,7 +146,7 @@ pub async fn for_cleanup(
         plan.request(Gathered {
             content_source,
             mutable_parameters,
-            accessibility_requirements: topology(ctx, claim, class).await.ok().flatten(),
+            accessibility_requirements: topology(ctx, claim, class).ok().flatten(),
             secrets: backend::secret_data_or_none(ctx, plan.provisioner_secret()).await,
             metadata_parameters: metadata_parameters(ctx, claim, plan)
                 .await
@@ -391,28 +398,32 @@ async fn vac_parameters(ctx: &Context, name: &str) -> Result<HashMap<String, Str
 
 // ---- topology ----
 
-/// Why topology could not be computed.
-#[derive(Debug, thiserror::Error)]
-enum TopologyError {
-    /// The selected node's CSINode does not exist: the scheduler must pick again.
-    #[error("CSINode {0} not found")]
-    SelectedNodeGone(String),
-    #[error(transparent)]
-    Invalid(#[from] ProvisionError),
-    #[error("kubernetes API error: {0}")]
-    Kube(#[from] kube::Error),
+/// The error of a selected node whose CSINode the cache does not hold. The
+/// claim goes back to the scheduler only once the API server confirms that
+/// the CSINode is gone (the one request topology may cost, on this path
+/// alone): a CSINode created a moment ago that the watch has not brought yet
+/// is retried instead, where upstream's lister would reschedule.
+async fn confirm_gone(ctx: &Context, node: String) -> ClaimError {
+    match get_fresh(&Api::<CSINode>::all(ctx.client.clone()), &node).await {
+        Ok(None) => ClaimError::SelectedNodeGone { node },
+        Ok(Some(_)) => ProvisionError::Topology(format!(
+            "error generating accessibility requirements: CSINode {node} is not in the cache yet"
+        ))
+        .into(),
+        Err(e) => ClaimError::ReadTopology(e),
+    }
 }
 
-/// The topology requirement of the claim's volume: only for drivers with
-/// VOLUME_ACCESSIBILITY_CONSTRAINTS (and the Topology gate on). The selected
-/// node's CSINode and Node, or the cluster's nodes, are read live: topology
-/// is only computed right before a `CreateVolume`.
-async fn topology(
+/// The topology requirement of the claim's volume, only where claims get one
+/// (`topo::served`). Read from the CSINode and Node caches, as upstream reads
+/// its listers: a selected node the caches do not know yet costs a retry or
+/// a reschedule, as there (`topo::TopologyError`), never a request.
+fn topology(
     ctx: &Context,
     claim: &PersistentVolumeClaim,
     class: &StorageClass,
 ) -> Result<Option<pb::TopologyRequirement>, TopologyError> {
-    if !(ctx.driver.capabilities.accessibility_constraints && ctx.options.topology_gate) {
+    if !topo::served(&ctx.driver, &ctx.options) {
         return Ok(None);
     }
     let allowed = class.allowed_topologies.clone().unwrap_or_default();
@@ -442,132 +453,18 @@ async fn topology(
             claim_name: &name,
         })?);
     }
-    let selected_name = ClaimView(claim).selected_node();
-    let csinodes = if topo::needs_cluster_topology(
-        opts.strict_topology,
-        selected_name.is_some(),
-        !allowed.is_empty(),
-        opts.immediate_topology,
-    ) {
-        Some(list_csinodes(ctx).await?)
-    } else {
-        None
+    // Started with the controllers whenever topology is served centrally.
+    let Some(cluster) = &ctx.caches.topology else {
+        return Err(
+            ProvisionError::Topology("the CSINode and Node caches are not running".into()).into(),
+        );
     };
-    let selected = match selected_name {
-        Some(name) => Some(selected_node(ctx, name, csinodes.as_deref()).await?),
-        None => None,
-    };
-    // The selected node's own problems first, as upstream finds them (no keys registered there,
-    // labels missing a key), before the rest of the cluster is looked at.
-    if let Some(node) = &selected {
-        topo::selected_segments(node)?;
-    }
-    let cluster = match &csinodes {
-        Some(listed) => {
-            let registered = topo::registered(listed.iter().cloned());
-            let key_sets = match &selected {
-                Some(s) => vec![s.keys.clone()],
-                None => topo::registered_key_sets(&registered),
-            };
-            if key_sets.is_empty() {
-                return Err(ProvisionError::Topology("no available topology found".into()).into());
-            }
-            cluster_terms(ctx, &key_sets, &registered, selected.is_none()).await?
-        }
-        None => Vec::new(),
-    };
-    Ok(topo::requirements(&TopologyInputs {
-        selected: selected.as_ref(),
+    let ask = Ask {
+        selected: ClaimView(claim).selected_node(),
         allowed: &allowed,
-        cluster: &cluster,
         strict: opts.strict_topology,
         immediate: opts.immediate_topology,
         claim_name: &name,
-    })?)
-}
-
-/// The selected node's keys for our driver (from the CSINodes when they were listed, else its
-/// own CSINode) and its labels.
-async fn selected_node(
-    ctx: &Context,
-    name: &str,
-    csinodes: Option<&[(String, Vec<String>)]>,
-) -> Result<SelectedNode, TopologyError> {
-    let keys = match csinodes {
-        Some(listed) => listed
-            .iter()
-            .find(|(node, _)| node == name)
-            .map(|(_, keys)| keys.clone()),
-        None => get_fresh(&Api::<CSINode>::all(ctx.client.clone()), name)
-            .await?
-            .map(|csinode| driver_keys(&csinode, &ctx.driver.name)),
-    }
-    .ok_or_else(|| TopologyError::SelectedNodeGone(name.to_string()))?;
-    let node = get_fresh(&Api::<Node>::all(ctx.client.clone()), name).await?;
-    Ok(SelectedNode {
-        name: name.to_string(),
-        keys,
-        labels: node.map(|n| n.labels().clone()).unwrap_or_default(),
-    })
-}
-
-fn driver_keys(csinode: &CSINode, driver: &str) -> Vec<String> {
-    csinode
-        .spec
-        .drivers
-        .iter()
-        .find(|d| d.name == driver)
-        .and_then(|d| d.topology_keys.clone())
-        .unwrap_or_default()
-}
-
-/// Every CSINode's name and our driver's keys on it (none where the driver is not registered).
-async fn list_csinodes(ctx: &Context) -> Result<Vec<(String, Vec<String>)>, TopologyError> {
-    let csinodes = Api::<CSINode>::all(ctx.client.clone())
-        .list(&ListParams::default())
-        .await?;
-    Ok(csinodes
-        .items
-        .iter()
-        .map(|c| (c.name_any(), driver_keys(c, &ctx.driver.name)))
-        .collect())
-}
-
-/// The cluster's terms for each key set: the nodes carrying every key of a set (listed by
-/// label, metadata only) whose driver registered those keys each give their values for it.
-/// `sets` says how upstream names the keys in its error: every set (Immediate) or the selected
-/// node's.
-async fn cluster_terms(
-    ctx: &Context,
-    key_sets: &[Vec<String>],
-    registered: &topo::Registered,
-    sets: bool,
-) -> Result<Vec<Segments>, TopologyError> {
-    let nodes = Api::<Node>::all(ctx.client.clone());
-    let mut terms = Vec::new();
-    for keys in key_sets.iter().filter(|k| !k.is_empty()) {
-        let lp = ListParams::default().labels(&keys.join(","));
-        let listed = nodes.list_metadata(&lp).await?;
-        terms.extend(topo::terms_for_keys(
-            keys,
-            registered,
-            listed
-                .items
-                .iter()
-                .map(|n| (n.metadata.name.as_deref().unwrap_or_default(), n.labels())),
-        ));
-    }
-    if terms.is_empty() {
-        let keys = if sets {
-            let each: Vec<String> = key_sets.iter().map(|k| topo::go_list(k)).collect();
-            topo::go_list(&each)
-        } else {
-            topo::go_list(key_sets.first().map(Vec::as_slice).unwrap_or_default())
-        };
-        return Err(ProvisionError::Topology(format!(
-            "topologyKeys {keys} were not found on any nodes"
-        ))
-        .into());
-    }
-    Ok(terms)
+    };
+    topo::from_cluster(&ask, cluster)
 }

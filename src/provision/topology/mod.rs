@@ -1,16 +1,27 @@
 //! Accessibility requirements for `CreateVolume` (requisite and preferred
 //! topologies), from the selected node, the class's `allowedTopologies` and
-//! the cluster's node topology. Pure: the controller looks up CSINode and Node
-//! objects and passes what it found.
+//! the cluster's node topology. Pure: the cluster is read through
+//! [`cluster::Cluster`], which the controller's CSINode and Node caches answer.
 //! upstream: pkg/controller/topology.go GenerateAccessibilityRequirements.
+
+pub mod cluster;
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::TopologySelectorTerm;
 
-use super::ProvisionError;
+use super::{DriverInfo, ProvisionError, ProvisionOptions};
 use crate::csi::pb;
+
+pub use cluster::{Ask, Cluster, Labels, TopologyError, from_cluster, segment};
+
+/// Whether claims get accessibility requirements: a driver with
+/// VOLUME_ACCESSIBILITY_CONSTRAINTS, and the Topology gate on (upstream's
+/// `supportsTopology`). Only then are CSINodes and Nodes watched.
+pub fn served(driver: &DriverInfo, options: &ProvisionOptions) -> bool {
+    driver.capabilities.accessibility_constraints && options.topology_gate
+}
 
 /// One topology segment set, e.g. `{zone: a, rack: 3}`.
 pub type Segments = BTreeMap<String, String>;
@@ -106,11 +117,7 @@ where
                 .get(*name)
                 .is_some_and(|r| keys.iter().all(|k| r.contains(k)))
         })
-        .filter_map(|(_, labels)| {
-            keys.iter()
-                .map(|k| labels.get(k).map(|v| (k.clone(), v.clone())))
-                .collect::<Option<Segments>>()
-        })
+        .filter_map(|(_, labels)| segment(labels, keys))
         .collect();
     let mut terms: Vec<Segments> = terms.into_iter().collect();
     terms.sort_by(compare_terms);
