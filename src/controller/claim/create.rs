@@ -28,6 +28,7 @@ use super::error::{ClaimError, labels};
 use super::gather::{self, Ready};
 use super::intent::{self, Confirmed, IntentMode};
 use super::protect;
+use crate::controller::node::NoRoom;
 use crate::controller::queue::Action;
 use crate::controller::{Context, backend, bound_claim_uid};
 use crate::csi::{CsiErrorClass, classify, pb};
@@ -173,22 +174,19 @@ async fn create_volume(
             match class_of_error {
                 // Waits `--retry-interval-max` (the error policy), or a new class.
                 CsiErrorClass::Infeasible => {}
-                CsiErrorClass::Reschedule => match (earlier, ctx.place.node()) {
-                    (Earlier::None, _) => reschedule(ctx, claim, Reschedule::DropIntent).await,
-                    // One driver for every node: the intent stays, and a claim
-                    // deleted now is cleaned up by its name wherever it goes.
-                    (Earlier::MayHaveCreated, None) => {
-                        reschedule(ctx, claim, Reschedule::KeepIntent).await
+                CsiErrorClass::Reschedule => {
+                    match ctx.place.no_room(earlier == Earlier::MayHaveCreated) {
+                        NoRoom::GiveBack { keep_intent: false } => {
+                            reschedule(ctx, claim, Reschedule::DropIntent).await
+                        }
+                        NoRoom::GiveBack { keep_intent: true } => {
+                            reschedule(ctx, claim, Reschedule::KeepIntent).await
+                        }
+                        NoRoom::StayOn(node) => {
+                            warn!(claim = %view.key(), %node, "no room on this node, but an earlier attempt may have created the volume here: retrying here instead of giving the claim back");
+                        }
                     }
-                    // A volume of this name may be on this node's driver, and
-                    // no other node could find it: the claim stays here and
-                    // is retried until the driver answers for it (a driver
-                    // that checks room before its own volumes says no room to
-                    // a retry of a create it already did).
-                    (Earlier::MayHaveCreated, Some(node)) => {
-                        warn!(claim = %view.key(), node = %node.name, "no room on this node, but an earlier attempt may have created the volume here: retrying here instead of giving the claim back");
-                    }
-                },
+                }
                 CsiErrorClass::InBackground | CsiErrorClass::Final => {}
             }
             Err(err)

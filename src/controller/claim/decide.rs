@@ -12,7 +12,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::error::ClaimError;
 use crate::controller::memory::{Attempt, still_held};
-use crate::controller::node::{NodeGate, Placement};
+use crate::controller::node::{NodeGate, NodeMode, Placement};
 use crate::keys;
 use crate::kube::slim::Claim;
 use crate::metrics::ClaimGauges;
@@ -77,20 +77,20 @@ pub enum CachedPv {
 }
 
 /// Everything one decision is made from.
-pub struct Facts<'a> {
+pub struct Facts<'a, 'p> {
     pub claim: ClaimView<'a>,
     pub driver: &'a str,
     pub options: &'a ProvisionOptions,
     /// The claim's StorageClass as the cache has it.
     pub class: Option<Arc<StorageClass>>,
-    pub place: &'a Placement,
+    pub place: &'p Placement,
     pub recall: Recall,
     pub pv: CachedPv,
 }
 
 /// What to do with a claim now.
 #[derive(Debug)]
-pub enum Decision {
+pub enum Decision<'a> {
     /// Nothing of ours on it, now or later: forget it.
     Forget,
     /// Nothing to do until the claim (or its class) changes; why, for the log.
@@ -98,7 +98,7 @@ pub enum Decision {
     /// The same attempt failed a moment ago: try again after this.
     Requeue(Duration),
     /// One sidecar per node, an Immediate claim: race the other nodes for it.
-    Race(Arc<StorageClass>),
+    Race(Arc<StorageClass>, &'a NodeMode),
     /// Not without a change: shown on the claim, retried with backoff.
     Refuse(ClaimError),
     /// Make its volume and PV (the class in our driver's terms).
@@ -109,7 +109,7 @@ pub enum Decision {
 }
 
 /// The decision, and the attempt it is (to hold back if it fails).
-pub fn decide(f: &Facts) -> (Decision, Attempt) {
+pub fn decide<'p>(f: &Facts<'_, 'p>) -> (Decision<'p>, Attempt) {
     let view = f.claim;
     let work = match work_for(view, f.driver) {
         // Our cleanup is the node's the volume was made on.
@@ -131,7 +131,7 @@ pub fn decide(f: &Facts) -> (Decision, Attempt) {
 }
 
 /// A claim of ours without a volume: its class, its node, its PV decide.
-fn without_volume(f: &Facts) -> Decision {
+fn without_volume<'p>(f: &Facts<'_, 'p>) -> Decision<'p> {
     let Some(class) = f.class.clone() else {
         return Decision::Refuse(ClaimError::StorageClassNotFound {
             name: f.claim.class().unwrap_or_default().to_string(),
@@ -154,7 +154,7 @@ fn without_volume(f: &Facts) -> Decision {
         NodeGate::ThisNode => {}
         NodeGate::OtherNode => return Decision::Wait("another node's claim"),
         NodeGate::NotHere => return Decision::Wait("not for this node now"),
-        NodeGate::RaceForIt => return Decision::Race(class),
+        NodeGate::RaceForIt(node) => return Decision::Race(class, node),
     }
     // Saved already: binding is kube-controller-manager's step, and the
     // intent leaves with it (`ReleaseIntent`).
@@ -460,7 +460,7 @@ mod tests {
             Decision::Forget => "forget".into(),
             Decision::Wait(_) => "wait".into(),
             Decision::Requeue(_) => "requeue".into(),
-            Decision::Race(_) => "race".into(),
+            Decision::Race(..) => "race".into(),
             Decision::Refuse(e) => format!("refuse: {}", e.label()),
             Decision::Create(_) => "create".into(),
             Decision::Abandon => "abandon".into(),
@@ -511,7 +511,7 @@ mod tests {
             self.pv = pv;
             self
         }
-        fn decide(&self) -> (Decision, Attempt) {
+        fn decide(&self) -> (Decision<'_>, Attempt) {
             let options = ProvisionOptions::default();
             decide(&Facts {
                 claim: ClaimView(&self.claim.0),
@@ -677,9 +677,9 @@ mod tests {
     fn a_migrated_class_is_decided_on_in_our_drivers_terms() {
         let mut in_tree = class("kubernetes.io/aws-ebs", "Immediate");
         in_tree.parameters = Some([("type".to_string(), "gp3".to_string())].into());
+        let place = Placement::Central;
         let row = |driver: &str| {
             let options = ProvisionOptions::default();
-            let place = Placement::Central;
             let c = C::ours().of(driver);
             decide(&Facts {
                 claim: ClaimView(&c.0),

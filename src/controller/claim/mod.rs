@@ -92,11 +92,7 @@ pub async fn reconcile(claim: Arc<Claim>, ctx: Arc<Context>) -> Result<Action, C
             debug!(claim = %view.key(), why, "waiting");
             Action::await_change()
         }
-        Decision::Race(class) => {
-            let node = ctx
-                .place
-                .node()
-                .expect("races are decided in node deployments");
+        Decision::Race(class, node) => {
             race::race(&ctx, node, claim, &class)
                 .await
                 .map_err(|source| ClaimError::Read {
