@@ -23,7 +23,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
-use super::decide::still_creates;
+use super::decide::{Answered, still_creates};
 use super::error::{ClaimError, labels};
 use super::gather::{self, Ready};
 use super::intent::{self, Confirmed, IntentMode};
@@ -44,6 +44,7 @@ pub async fn create(
     ctx: &Context,
     cached: &PersistentVolumeClaim,
     class: &StorageClass,
+    answered: Answered,
 ) -> Result<Action, ClaimError> {
     let view = ClaimView(cached);
     ctx.claims.attempt_started(view.uid());
@@ -58,7 +59,7 @@ pub async fn create(
     );
     let mut copy = cached.clone();
     for _ in 0..CONFIRM_ROUNDS {
-        let ready = match gather::for_create(ctx, &copy, class).await {
+        let ready = match gather::for_create(ctx, &copy, class, answered.created.is_some()).await {
             Err(err @ ClaimError::SelectedNodeGone { .. }) => {
                 // Nothing was asked of the driver this time; an intent left by
                 // an earlier attempt (whose volume may exist) stays.
@@ -68,7 +69,9 @@ pub async fn create(
             other => other?,
         };
         match intent::confirm(ctx, &copy).await? {
-            Confirmed::Current(claim) => return carry_out(ctx, &copy, &claim, class, ready).await,
+            Confirmed::Current(claim) => {
+                return carry_out(ctx, &copy, &claim, class, ready, answered.created).await;
+            }
             Confirmed::Changed(fresh) => {
                 if !still_creates(ClaimView(&fresh), class, &ctx.driver.name, &ctx.place) {
                     debug!(claim = %view.key(), "no longer needs a volume from us");
@@ -93,6 +96,7 @@ async fn carry_out(
     claim: &PersistentVolumeClaim,
     class: &StorageClass,
     ready: Ready,
+    created: Option<pb::Volume>,
 ) -> Result<Action, ClaimError> {
     let Ready {
         plan,
@@ -118,7 +122,7 @@ async fn carry_out(
         .metrics
         .stage(
             "create_volume",
-            create_volume(ctx, claim, class, request, earlier),
+            create_volume(ctx, claim, class, request, earlier, created),
         )
         .await?;
     save(ctx, claim, class, &plan, volume).await?;
@@ -148,9 +152,11 @@ async fn create_volume(
     class: &StorageClass,
     request: pb::CreateVolumeRequest,
     earlier: Earlier,
+    created: Option<pb::Volume>,
 ) -> Result<pb::Volume, ClaimError> {
     let view = ClaimView(claim);
-    if let Some(v) = ctx.claims.created(view.uid()) {
+    // This process has the driver's answer already (recalled with the facts).
+    if let Some(v) = created {
         return Ok(v);
     }
     if !ctx.leader.is_leader() {

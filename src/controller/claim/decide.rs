@@ -13,6 +13,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use super::error::ClaimError;
 use crate::controller::memory::{Attempt, still_held};
 use crate::controller::node::{NodeGate, NodeMode, Placement};
+use crate::csi::pb;
 use crate::keys;
 use crate::kube::slim::Claim;
 use crate::metrics::ClaimGauges;
@@ -54,9 +55,13 @@ pub fn work_for(claim: ClaimView, driver: &str) -> Work {
     }
 }
 
-/// What this process remembers about a claim, as far as a decision needs it.
-#[derive(Clone, Copy, Debug, Default)]
+/// What this process remembers about a claim, as far as a decision and its
+/// acts need it: read once per attempt (`ClaimMemory::recall`).
+#[derive(Clone, Debug, Default)]
 pub struct Recall {
+    /// The driver's answer whose PV is not saved yet: a retry saves it
+    /// without another `CreateVolume`.
+    pub created: Option<pb::Volume>,
     /// This process saved (or found) the claim's PV.
     pub pv_saved: bool,
     /// This process removed the claim's intent.
@@ -102,10 +107,27 @@ pub enum Decision<'a> {
     /// Not without a change: shown on the claim, retried with backoff.
     Refuse(ClaimError),
     /// Make its volume and PV (the class in our driver's terms).
-    Create(Arc<StorageClass>),
-    Abandon,
+    Create(Arc<StorageClass>, Answered),
+    Abandon(Answered),
     ReleaseIntent,
     ReleaseCloneSource,
+}
+
+/// What the acts of a create or a cleanup take from the memory, as recalled
+/// with the facts: they do not read the memory again.
+#[derive(Clone, Debug, Default)]
+pub struct Answered {
+    /// The driver's answer whose PV is not saved yet.
+    pub created: Option<pb::Volume>,
+    /// This process saved (or found) the claim's PV.
+    pub pv_saved: bool,
+}
+
+fn answered(recall: &Recall) -> Answered {
+    Answered {
+        created: recall.created.clone(),
+        pv_saved: recall.pv_saved,
+    }
 }
 
 /// The decision, and the attempt it is (to hold back if it fails).
@@ -123,7 +145,7 @@ pub fn decide<'p>(f: &Facts<'_, 'p>) -> (Decision<'p>, Attempt) {
         Work::ReleaseIntent if f.recall.intent_released => Decision::Wait("its intent is released"),
         _ if let Some(wait) = still_held(f.recall.held, attempt) => Decision::Requeue(wait),
         Work::ReleaseIntent => Decision::ReleaseIntent,
-        Work::Abandon => Decision::Abandon,
+        Work::Abandon => Decision::Abandon(answered(&f.recall)),
         Work::ReleaseCloneSource => Decision::ReleaseCloneSource,
         Work::Provision => without_volume(f),
     };
@@ -163,7 +185,7 @@ fn without_volume<'p>(f: &Facts<'_, 'p>) -> Decision<'p> {
         return Decision::Wait(SAVED);
     }
     match &f.pv {
-        CachedPv::Unknown => Decision::Create(class),
+        CachedPv::Unknown => Decision::Create(class, answered(&f.recall)),
         CachedPv::BoundTo(uid) if uid == f.claim.uid() => Decision::Wait(SAVED),
         // Our deterministic name is taken: no CreateVolume (it would make a
         // volume no PV can point to). Safe on a stale cache: a retry looks again.
@@ -462,8 +484,8 @@ mod tests {
             Decision::Requeue(_) => "requeue".into(),
             Decision::Race(..) => "race".into(),
             Decision::Refuse(e) => format!("refuse: {}", e.label()),
-            Decision::Create(_) => "create".into(),
-            Decision::Abandon => "abandon".into(),
+            Decision::Create(..) => "create".into(),
+            Decision::Abandon(_) => "abandon".into(),
             Decision::ReleaseIntent => "release intent".into(),
             Decision::ReleaseCloneSource => "release clone source".into(),
         }
@@ -519,7 +541,7 @@ mod tests {
                 options: &options,
                 class: self.class.clone().map(Arc::new),
                 place: &self.place,
-                recall: self.recall,
+                recall: self.recall.clone(),
                 pv: self.pv.clone(),
             })
         }
@@ -693,7 +715,7 @@ mod tests {
             .0
         };
         match row("ebs.csi.aws.com") {
-            Decision::Create(class) => assert_eq!(class.provisioner, "kubernetes.io/aws-ebs"),
+            Decision::Create(class, _) => assert_eq!(class.provisioner, "kubernetes.io/aws-ebs"),
             other => panic!("{other:?}"),
         }
         assert_eq!(

@@ -47,9 +47,9 @@ pub async fn for_create(
     ctx: &Context,
     claim: &PersistentVolumeClaim,
     class: &StorageClass,
+    answered: bool,
 ) -> Result<Ready, ClaimError> {
     let view = ClaimView(claim);
-    let answered = ctx.claims.created(view.uid()).is_some();
     if !answered {
         check_grants(ctx, claim).await?;
     }

@@ -1722,3 +1722,58 @@ async fn a_read_that_shows_the_claim_changed_decides_again_on_what_it_shows() {
     rig.assert_script_done();
     assert_eq!(rig.backend().await, (0, 0, 0), "no CreateVolume");
 }
+
+/// A deleted claim that clones are made from keeps its cloning protection
+/// while a clone of it is pending: a wait the error policy times (no request,
+/// no event, no failure counted), then the protection goes in one update.
+#[tokio::test]
+async fn a_clone_source_waits_for_its_pending_clone_then_lets_go() {
+    let source = ClaimFixture::ours().bound().clone_source().deleting().0;
+    let mut clone = ClaimFixture::ours().0;
+    clone.metadata.name = Some("copy".into());
+    clone.metadata.uid = Some("copy-uid".into());
+    clone.spec.as_mut().unwrap().data_source =
+        Some(k8s_openapi::api::core::v1::TypedLocalObjectReference {
+            api_group: None,
+            kind: "PersistentVolumeClaim".into(),
+            name: ClaimView(&source).name().into(),
+        });
+    let mut rig = Rig::basic(vec![]).await;
+    rig.claim_writer
+        .apply_watcher_event(&watcher::Event::Apply(Claim(clone.clone())));
+    let r = rig.reconcile(&source).await;
+    assert!(matches!(r, Err(ClaimError::ClonesPending)), "{r:?}");
+    assert_eq!(rig.seen(), Vec::<String>::new());
+    assert_eq!(rig.reasons(), Vec::<String>::new());
+    let failed = rig
+        .ctx
+        .metrics
+        .provision_failed_total
+        .get_or_create(&super::error::labels(&source))
+        .get();
+    assert_eq!(failed, 0, "a wait is not a failure");
+    // The clone is bound: the protection goes (read, then updated without it).
+    let mut done = clone;
+    done.spec.as_mut().unwrap().volume_name = Some("copy-pv".into());
+    done.status = Some(k8s_openapi::api::core::v1::PersistentVolumeClaimStatus {
+        phase: Some("Bound".into()),
+        ..Default::default()
+    });
+    rig.claim_writer
+        .apply_watcher_event(&watcher::Event::Apply(Claim(done)));
+    rig.then(vec![
+        (GET_CLAIM, claim_object(&source)),
+        (PUT_CLAIM, claim_object(&source)),
+    ]);
+    rig.ctx.claims.expire_hold(ClaimView(&source).uid());
+    let r = rig.reconcile(&source).await;
+    assert!(r.is_ok(), "{r:?} after {:?}", rig.seen());
+    rig.assert_script_done();
+    let body = rig.body(1);
+    assert!(
+        !body["metadata"]["finalizers"]
+            .to_string()
+            .contains(keys::FINALIZER_CLONE_SOURCE),
+        "{body}"
+    );
+}
