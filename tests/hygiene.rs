@@ -413,12 +413,65 @@ fn test_modules(file: &Path, code: &str) -> Vec<PathBuf> {
         .filter_map(|pair| {
             let name = pair[1]
                 .trim_start_matches("pub(crate) ")
+                .trim_start_matches("pub ")
                 .strip_prefix("mod ")?
                 .strip_suffix(';')?;
             Some([dir.join(format!("{name}.rs")), dir.join(name)])
         })
         .flatten()
         .collect()
+}
+
+/// (file relative to the root, its code) for every file of `src/` outside test modules,
+/// each cut where its own inline `#[cfg(test)] mod tests` begins.
+fn product_files() -> Vec<(String, String)> {
+    let files = sources(&root().join("src"), &[]);
+    let test_only: Vec<PathBuf> = files
+        .iter()
+        .flat_map(|f| test_modules(f, &read(f)))
+        .collect();
+    files
+        .into_iter()
+        .filter(|f| !test_only.iter().any(|t| f.starts_with(t)))
+        .map(|f| {
+            let code = read(&f);
+            let product = code
+                .split("#[cfg(test)]\nmod tests {")
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            let name = f.strip_prefix(root()).unwrap_or(&f).display().to_string();
+            (name, product)
+        })
+        .collect()
+}
+
+/// `Placement` answers every question that depends on where a replica runs
+/// (centrally or one per node): which claims and PVs are its, its topology inputs,
+/// its capacity segments, what "no room" does, its identity and `managed-by`. No
+/// other product file looks at which it is; `run/driver.rs` makes it, once.
+#[test]
+fn only_placement_asks_where_a_replica_runs() {
+    let asking: Vec<String> = product_files()
+        .into_iter()
+        .filter(|(name, _)| name != "src/controller/node.rs" && name != "src/run/driver.rs")
+        .filter(|(_, code)| {
+            code.contains("Placement::Central")
+                || code.contains("Placement::Node")
+                || code.contains(".place.node()")
+        })
+        .map(|(name, _)| name)
+        .collect();
+    assert!(
+        asking.is_empty(),
+        "these files ask whether a replica is a node; ask `Placement` instead: {asking:?}"
+    );
+    assert!(
+        product_files().iter().all(
+            |(name, _)| !name.ends_with("claim/tests.rs") && !name.ends_with("volume/tests.rs")
+        ),
+        "test modules are left out"
+    );
 }
 
 /// (file relative to the root, function) for every function of `src/` outside tests.

@@ -592,14 +592,17 @@ fn the_reader_sees_what_the_layers_are_made_of() {
     // `super::` path, an inline path, and none in a comment, a string or a test module.
     let graph = graph();
     assert!(!graph.contains_key("src/controller/claim/tests.rs"));
-    assert!(!graph.contains_key("src/provision/migration/tests.rs"));
-    let volume = &graph["src/controller/volume.rs"];
+    assert!(!graph.contains_key("src/provision/migration/tests/mod.rs"));
+    assert!(!graph.contains_key("src/provision/migration/tests/rbd.rs"));
+    assert!(!graph.contains_key("src/controller/volume/tests.rs"));
+    let volume = &graph["src/controller/volume/delete.rs"];
     for want in [
         "src/keys.rs",
         "src/kube/slim.rs",
         "src/controller/mod.rs",
         "src/controller/backend.rs",
-        "src/controller/memory.rs",
+        "src/controller/volume/decide.rs",
+        "src/controller/volume/error.rs",
         "src/provision/migration/mod.rs",
     ] {
         assert!(volume.contains(want), "{want} not in {volume:?}");

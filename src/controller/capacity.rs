@@ -187,7 +187,7 @@ pub async fn run(tracker: Tracker, stop: CancellationToken) {
     let (nodes, node_writer) = reflector::store();
     // With `--node-deployment` the segment is this node's: no CSINode or
     // Node is watched (as upstream).
-    let central = tracker.ctx.place.node().is_none();
+    let central = tracker.ctx.place.reads_cluster_topology();
     tokio::select! {
         _ = watches(&tracker, csinode_writer, node_writer, central) => {}
         _ = passes(&tracker, &csinodes, &nodes, central, &stop) => {}
@@ -305,10 +305,9 @@ async fn pass(
         .collect();
     // One sidecar per node: its one segment, from `NodeGetInfo` (upstream's
     // fixed node topology); no CSINode or Node is read.
-    let segments = match ctx.place.node() {
-        Some(node) => vec![node.topology.clone().unwrap_or_default()],
-        None => capacity::segments(driver, &csinodes, &labels),
-    };
+    let segments = ctx
+        .place
+        .capacity_segments(|| capacity::segments(driver, &csinodes, &labels));
     let classes: Vec<StorageClass> = ctx
         .caches
         .classes

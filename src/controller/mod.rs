@@ -13,6 +13,8 @@ pub mod claim;
 pub mod memory;
 pub mod node;
 pub mod queue;
+#[cfg(test)]
+pub mod scripted;
 pub mod snapshot_sweep;
 pub mod topology;
 pub mod volume;

@@ -23,6 +23,7 @@ use crate::provision::ClaimView;
 
 /// This replica's node: its name (`NODE_NAME`) and what the driver's
 /// `NodeGetInfo` said about it.
+#[derive(Debug, PartialEq, Eq)]
 pub struct NodeMode {
     pub name: String,
     /// The node's topology segment; `None`: the driver reported none.
@@ -46,7 +47,7 @@ pub enum Placement {
 }
 
 impl Placement {
-    pub fn node(&self) -> Option<&NodeMode> {
+    fn node(&self) -> Option<&NodeMode> {
         match self {
             Placement::Central => None,
             Placement::Node(n) => Some(n),
@@ -55,7 +56,7 @@ impl Placement {
 
     /// Whether a claim that needs a volume is this replica's to provision
     /// now (centrally: always; one per node: see [`node_gate`]).
-    pub fn claim(&self, claim: ClaimView, class: &StorageClass) -> NodeGate {
+    pub fn claim(&self, claim: ClaimView, class: &StorageClass) -> NodeGate<'_> {
         match self {
             Placement::Central => NodeGate::ThisNode,
             Placement::Node(n) => node_gate(claim, class, n),
@@ -79,24 +80,94 @@ impl Placement {
             Placement::Node(n) => accessible(affinity, n.topology.as_ref()),
         }
     }
+
+    /// The driver's identity (`<time>-<random>-<driver>`) as this replica
+    /// shows it: with one sidecar per node, it names the node too.
+    pub fn identity(&self, base: String) -> String {
+        match self {
+            Placement::Central => base,
+            Placement::Node(n) => format!("{base}-{}", n.name),
+        }
+    }
+
+    /// Whether the cluster's topology (CSINodes, Nodes) is read here: for a
+    /// replica serving the whole cluster. One sidecar per node knows only its
+    /// own node's segment, from `NodeGetInfo`, as upstream's node mode.
+    pub fn reads_cluster_topology(&self) -> bool {
+        matches!(self, Placement::Central)
+    }
+
+    /// This replica's own topology segment when it is the only node there is
+    /// (one sidecar per node); `None` when the cluster's topology applies.
+    pub fn own_segment(&self) -> Option<(&str, BTreeMap<String, String>)> {
+        match self {
+            Placement::Central => None,
+            Placement::Node(n) => Some((&n.name, n.topology.clone().unwrap_or_default())),
+        }
+    }
+
+    /// The segments whose capacity this replica reports: its own, with one
+    /// sidecar per node; otherwise those `cluster` finds.
+    pub fn capacity_segments(
+        &self,
+        cluster: impl FnOnce() -> Vec<BTreeMap<String, String>>,
+    ) -> Vec<BTreeMap<String, String>> {
+        match self.own_segment() {
+            Some((_, segment)) => vec![segment],
+            None => cluster(),
+        }
+    }
+
+    /// The `app.kubernetes.io/managed-by` value of this replica's
+    /// CSIStorageCapacity objects (each node's own, with one per node).
+    pub fn managed_by(&self) -> String {
+        crate::capacity::managed_by(self.node().map(|n| n.name.as_str()))
+    }
+
+    /// What a `CreateVolume` answered "no room" (a reschedule) does with the
+    /// claim, given whether an earlier attempt of this name may have made the
+    /// volume.
+    pub fn no_room(&self, may_have_created: bool) -> NoRoom {
+        match (may_have_created, self) {
+            (false, _) => NoRoom::GiveBack { keep_intent: false },
+            // One driver for every node: the intent stays, and a claim
+            // deleted now is cleaned up by its name wherever it goes.
+            (true, Placement::Central) => NoRoom::GiveBack { keep_intent: true },
+            // A volume of this name may be on this node's driver, and no other
+            // node could find it: the claim stays here and is retried until
+            // the driver answers for it (a driver that checks room before its
+            // own volumes says no room to a retry of a create it already did).
+            (true, Placement::Node(n)) => NoRoom::StayOn(n.name.clone()),
+        }
+    }
+}
+
+/// What a claim answered "no room" becomes ([`Placement::no_room`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NoRoom {
+    /// Back to the scheduler (the selected node dropped), with or without
+    /// our intent.
+    GiveBack { keep_intent: bool },
+    /// Kept on this node and retried.
+    StayOn(String),
 }
 
 /// Whose claim it is, in node-deployment mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NodeGate {
+pub enum NodeGate<'a> {
     /// Selected for this node: provision it.
     ThisNode,
     /// Selected for another node: that node's sidecar provisions it.
     OtherNode,
     /// Immediate binding, no node yet, and this node may take it: race for it.
-    RaceForIt,
+    RaceForIt(&'a NodeMode),
     /// Not for any node yet (WaitForFirstConsumer without a node), or an
     /// Immediate claim this node does not take (immediate binding off, or
     /// the class's allowed topologies exclude this node).
     NotHere,
 }
 
-pub fn node_gate(claim: ClaimView, class: &StorageClass, node: &NodeMode) -> NodeGate {
+pub fn node_gate<'a>(claim: ClaimView, class: &StorageClass, node: &'a NodeMode) -> NodeGate<'a> {
     match claim.selected_node() {
         Some(selected) if selected == node.name => NodeGate::ThisNode,
         Some(_) => NodeGate::OtherNode,
@@ -109,7 +180,7 @@ pub fn node_gate(claim: ClaimView, class: &StorageClass, node: &NodeMode) -> Nod
             NodeGate::NotHere
         }
         None if node.immediate_binding && allowed_here(class, node.topology.as_ref()) => {
-            NodeGate::RaceForIt
+            NodeGate::RaceForIt(node)
         }
         None => NodeGate::NotHere,
     }
@@ -219,73 +290,82 @@ mod tests {
         use NodeGate::*;
         let wffc = class(DRIVER, "WaitForFirstConsumer");
         let immediate = class(DRIVER, "Immediate");
-        let cases: Vec<(&str, ClaimFixture, StorageClass, bool, NodeGate)> = vec![
+        let cases: Vec<(&str, ClaimFixture, StorageClass, bool, &str)> = vec![
             (
                 "selected for this node",
                 ClaimFixture::ours().on_node("n1"),
                 wffc.clone(),
                 true,
-                ThisNode,
+                "this node",
             ),
             (
                 "selected for another node",
                 ClaimFixture::ours().on_node("n2"),
                 wffc.clone(),
                 true,
-                OtherNode,
+                "other node",
             ),
             (
                 "waiting for the scheduler",
                 ClaimFixture::ours(),
                 wffc.clone(),
                 true,
-                NotHere,
+                "not here",
             ),
             (
                 "Immediate: race for it",
                 ClaimFixture::ours(),
                 immediate.clone(),
                 true,
-                RaceForIt,
+                "race",
             ),
             (
                 "Immediate, immediate binding off",
                 ClaimFixture::ours(),
                 immediate.clone(),
                 false,
-                NotHere,
+                "not here",
             ),
             (
                 "Immediate, taken by this node",
                 ClaimFixture::ours().on_node("n1"),
                 immediate.clone(),
                 true,
-                ThisNode,
+                "this node",
             ),
             (
                 "Immediate, taken by another node",
                 ClaimFixture::ours().on_node("n2"),
                 immediate.clone(),
                 true,
-                OtherNode,
+                "other node",
             ),
             (
                 "Immediate, allowed here",
                 ClaimFixture::ours(),
                 allowed(immediate.clone(), &["a", "b"]),
                 true,
-                RaceForIt,
+                "race",
             ),
             (
                 "Immediate, not allowed here",
                 ClaimFixture::ours(),
                 allowed(immediate.clone(), &["b"]),
                 true,
-                NotHere,
+                "not here",
             ),
         ];
         for (name, claim, class, immediate_binding, want) in cases {
-            let got = node_gate(ClaimView(&claim.0), &class, &node(immediate_binding));
+            let here = node(immediate_binding);
+            let got = match node_gate(ClaimView(&claim.0), &class, &here) {
+                ThisNode => "this node",
+                OtherNode => "other node",
+                RaceForIt(n) => {
+                    assert!(std::ptr::eq(n, &here), "{name}: races as this node");
+                    "race"
+                }
+                NotHere => "not here",
+            };
             assert_eq!(got, want, "{name}");
         }
     }

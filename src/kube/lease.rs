@@ -77,6 +77,12 @@ impl LeaderGate {
         }
     }
 
+    /// A gate that is never open: a replica that never wins (tests).
+    #[cfg(test)]
+    pub fn never() -> LeaderGate {
+        LeaderGate::elected()
+    }
+
     fn elected() -> LeaderGate {
         LeaderGate {
             inner: Arc::new(Mutex::new(None)),

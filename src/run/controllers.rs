@@ -408,7 +408,7 @@ fn topology_cache(
     options: &ProvisionOptions,
     stop: &CancellationToken,
 ) -> Option<(TopologyCaches, AbortOnDropHandle<()>)> {
-    if !topo::served(&driver.info, options) || driver.place.node().is_some() {
+    if !topo::served(&driver.info, options) || !driver.place.reads_cluster_topology() {
         return None;
     }
     info!("the driver reports topology: watching CSINodes and Nodes (metadata only)");
@@ -606,7 +606,7 @@ impl Capacity {
     }
 
     async fn run(self, ctx: Arc<Context>, stop: CancellationToken) {
-        let managed_by = crate::capacity::managed_by(ctx.place.node().map(|n| n.name.as_str()));
+        let managed_by = ctx.place.managed_by();
         let tracker = capacity::Tracker {
             ctx,
             client: self.client,

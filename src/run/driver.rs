@@ -38,7 +38,7 @@ pub(super) async fn connect(
         r = identify(socket, timeout, metrics) => r?,
         _ = stop.cancelled() => return Ok(None),
     };
-    let mut identity = format!(
+    let identity = format!(
         "{}-{}-{}",
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -52,10 +52,7 @@ pub(super) async fn connect(
         Some(nd) => Placement::Node(node_mode(&csi, nd).await?),
     };
     // The identity names the node too.
-    if let Some(node) = place.node() {
-        identity.push('-');
-        identity.push_str(&node.name);
-    }
+    let identity = place.identity(identity);
     info!(driver = %info.name, version = %info.vendor_version, ?capabilities, "connected to CSI driver");
     let info = DriverInfo {
         name: info.name,

@@ -17,17 +17,22 @@ use kube::runtime::reflector::ObjectRef;
 use tonic::Code;
 use tracing::info;
 
+use super::decide::Answered;
 use super::error::ClaimError;
 use super::gather;
 use crate::controller::queue::Action;
 use crate::controller::{Context, backend, bound_claim_uid};
-use crate::csi::classify;
+use crate::csi::{classify, pb};
 use crate::keys;
 use crate::kube::update::{self, Edited};
 use crate::kube::{get_fresh, is_not_found};
 use crate::provision::{self, ClaimView, Plan};
 
-pub async fn abandon(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Action, ClaimError> {
+pub async fn abandon(
+    ctx: &Context,
+    cached: &PersistentVolumeClaim,
+    answered: Answered,
+) -> Result<Action, ClaimError> {
     let view = ClaimView(cached);
     let uid = view.uid();
     let pv_name = provision::volume_name(
@@ -35,7 +40,7 @@ pub async fn abandon(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Ac
         uid,
         ctx.options.volume_name_uuid_length,
     )?;
-    let saved = ctx.claims.pv_saved(uid)
+    let saved = answered.pv_saved
         || get_fresh(&ctx.pv_api(), &pv_name)
             .await
             .map_err(|source| ClaimError::Read {
@@ -75,7 +80,7 @@ pub async fn abandon(ctx: &Context, cached: &PersistentVolumeClaim) -> Result<Ac
         None => match &plan {
             Some(plan) => {
                 let class = class?;
-                find_volume(ctx, &claim, &class, plan).await?
+                find_volume(ctx, &claim, &class, plan, answered.created).await?
             }
             None => {
                 class?;
@@ -147,9 +152,9 @@ async fn find_volume(
     claim: &PersistentVolumeClaim,
     class: &StorageClass,
     plan: &Plan,
+    created: Option<pb::Volume>,
 ) -> Result<Option<String>, ClaimError> {
-    let view = ClaimView(claim);
-    if let Some(v) = ctx.claims.created(view.uid()) {
+    if let Some(v) = created {
         return Ok(Some(v.volume_id));
     }
     // No create of this claim can have reached the driver: nothing to delete.

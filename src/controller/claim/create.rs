@@ -23,11 +23,12 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
-use super::decide::still_creates;
+use super::decide::{Answered, still_creates};
 use super::error::{ClaimError, labels};
 use super::gather::{self, Ready};
 use super::intent::{self, Confirmed, IntentMode};
 use super::protect;
+use crate::controller::node::NoRoom;
 use crate::controller::queue::Action;
 use crate::controller::{Context, backend, bound_claim_uid};
 use crate::csi::{CsiErrorClass, classify, pb};
@@ -43,6 +44,7 @@ pub async fn create(
     ctx: &Context,
     cached: &PersistentVolumeClaim,
     class: &StorageClass,
+    answered: Answered,
 ) -> Result<Action, ClaimError> {
     let view = ClaimView(cached);
     ctx.claims.attempt_started(view.uid());
@@ -57,7 +59,7 @@ pub async fn create(
     );
     let mut copy = cached.clone();
     for _ in 0..CONFIRM_ROUNDS {
-        let ready = match gather::for_create(ctx, &copy, class).await {
+        let ready = match gather::for_create(ctx, &copy, class, answered.created.is_some()).await {
             Err(err @ ClaimError::SelectedNodeGone { .. }) => {
                 // Nothing was asked of the driver this time; an intent left by
                 // an earlier attempt (whose volume may exist) stays.
@@ -67,7 +69,9 @@ pub async fn create(
             other => other?,
         };
         match intent::confirm(ctx, &copy).await? {
-            Confirmed::Current(claim) => return carry_out(ctx, &copy, &claim, class, ready).await,
+            Confirmed::Current(claim) => {
+                return carry_out(ctx, &copy, &claim, class, ready, answered.created).await;
+            }
             Confirmed::Changed(fresh) => {
                 if !still_creates(ClaimView(&fresh), class, &ctx.driver.name, &ctx.place) {
                     debug!(claim = %view.key(), "no longer needs a volume from us");
@@ -92,6 +96,7 @@ async fn carry_out(
     claim: &PersistentVolumeClaim,
     class: &StorageClass,
     ready: Ready,
+    created: Option<pb::Volume>,
 ) -> Result<Action, ClaimError> {
     let Ready {
         plan,
@@ -117,7 +122,7 @@ async fn carry_out(
         .metrics
         .stage(
             "create_volume",
-            create_volume(ctx, claim, class, request, earlier),
+            create_volume(ctx, claim, class, request, earlier, created),
         )
         .await?;
     save(ctx, claim, class, &plan, volume).await?;
@@ -147,9 +152,11 @@ async fn create_volume(
     class: &StorageClass,
     request: pb::CreateVolumeRequest,
     earlier: Earlier,
+    created: Option<pb::Volume>,
 ) -> Result<pb::Volume, ClaimError> {
     let view = ClaimView(claim);
-    if let Some(v) = ctx.claims.created(view.uid()) {
+    // This process has the driver's answer already (recalled with the facts).
+    if let Some(v) = created {
         return Ok(v);
     }
     if !ctx.leader.is_leader() {
@@ -173,22 +180,19 @@ async fn create_volume(
             match class_of_error {
                 // Waits `--retry-interval-max` (the error policy), or a new class.
                 CsiErrorClass::Infeasible => {}
-                CsiErrorClass::Reschedule => match (earlier, ctx.place.node()) {
-                    (Earlier::None, _) => reschedule(ctx, claim, Reschedule::DropIntent).await,
-                    // One driver for every node: the intent stays, and a claim
-                    // deleted now is cleaned up by its name wherever it goes.
-                    (Earlier::MayHaveCreated, None) => {
-                        reschedule(ctx, claim, Reschedule::KeepIntent).await
+                CsiErrorClass::Reschedule => {
+                    match ctx.place.no_room(earlier == Earlier::MayHaveCreated) {
+                        NoRoom::GiveBack { keep_intent: false } => {
+                            reschedule(ctx, claim, Reschedule::DropIntent).await
+                        }
+                        NoRoom::GiveBack { keep_intent: true } => {
+                            reschedule(ctx, claim, Reschedule::KeepIntent).await
+                        }
+                        NoRoom::StayOn(node) => {
+                            warn!(claim = %view.key(), %node, "no room on this node, but an earlier attempt may have created the volume here: retrying here instead of giving the claim back");
+                        }
                     }
-                    // A volume of this name may be on this node's driver, and
-                    // no other node could find it: the claim stays here and
-                    // is retried until the driver answers for it (a driver
-                    // that checks room before its own volumes says no room to
-                    // a retry of a create it already did).
-                    (Earlier::MayHaveCreated, Some(node)) => {
-                        warn!(claim = %view.key(), node = %node.name, "no room on this node, but an earlier attempt may have created the volume here: retrying here instead of giving the claim back");
-                    }
-                },
+                }
                 CsiErrorClass::InBackground | CsiErrorClass::Final => {}
             }
             Err(err)

@@ -12,7 +12,8 @@ use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::error::ClaimError;
 use crate::controller::memory::{Attempt, still_held};
-use crate::controller::node::{NodeGate, Placement};
+use crate::controller::node::{NodeGate, NodeMode, Placement};
+use crate::csi::pb;
 use crate::keys;
 use crate::kube::slim::Claim;
 use crate::metrics::ClaimGauges;
@@ -54,9 +55,13 @@ pub fn work_for(claim: ClaimView, driver: &str) -> Work {
     }
 }
 
-/// What this process remembers about a claim, as far as a decision needs it.
-#[derive(Clone, Copy, Debug, Default)]
+/// What this process remembers about a claim, as far as a decision and its
+/// acts need it: read once per attempt (`ClaimMemory::recall`).
+#[derive(Clone, Debug, Default)]
 pub struct Recall {
+    /// The driver's answer whose PV is not saved yet: a retry saves it
+    /// without another `CreateVolume`.
+    pub created: Option<pb::Volume>,
     /// This process saved (or found) the claim's PV.
     pub pv_saved: bool,
     /// This process removed the claim's intent.
@@ -77,20 +82,20 @@ pub enum CachedPv {
 }
 
 /// Everything one decision is made from.
-pub struct Facts<'a> {
+pub struct Facts<'a, 'p> {
     pub claim: ClaimView<'a>,
     pub driver: &'a str,
     pub options: &'a ProvisionOptions,
     /// The claim's StorageClass as the cache has it.
     pub class: Option<Arc<StorageClass>>,
-    pub place: &'a Placement,
+    pub place: &'p Placement,
     pub recall: Recall,
     pub pv: CachedPv,
 }
 
 /// What to do with a claim now.
 #[derive(Debug)]
-pub enum Decision {
+pub enum Decision<'a> {
     /// Nothing of ours on it, now or later: forget it.
     Forget,
     /// Nothing to do until the claim (or its class) changes; why, for the log.
@@ -98,18 +103,35 @@ pub enum Decision {
     /// The same attempt failed a moment ago: try again after this.
     Requeue(Duration),
     /// One sidecar per node, an Immediate claim: race the other nodes for it.
-    Race(Arc<StorageClass>),
+    Race(Arc<StorageClass>, &'a NodeMode),
     /// Not without a change: shown on the claim, retried with backoff.
     Refuse(ClaimError),
     /// Make its volume and PV (the class in our driver's terms).
-    Create(Arc<StorageClass>),
-    Abandon,
+    Create(Arc<StorageClass>, Answered),
+    Abandon(Answered),
     ReleaseIntent,
     ReleaseCloneSource,
 }
 
+/// What the acts of a create or a cleanup take from the memory, as recalled
+/// with the facts: they do not read the memory again.
+#[derive(Clone, Debug, Default)]
+pub struct Answered {
+    /// The driver's answer whose PV is not saved yet.
+    pub created: Option<pb::Volume>,
+    /// This process saved (or found) the claim's PV.
+    pub pv_saved: bool,
+}
+
+fn answered(recall: &Recall) -> Answered {
+    Answered {
+        created: recall.created.clone(),
+        pv_saved: recall.pv_saved,
+    }
+}
+
 /// The decision, and the attempt it is (to hold back if it fails).
-pub fn decide(f: &Facts) -> (Decision, Attempt) {
+pub fn decide<'p>(f: &Facts<'_, 'p>) -> (Decision<'p>, Attempt) {
     let view = f.claim;
     let work = match work_for(view, f.driver) {
         // Our cleanup is the node's the volume was made on.
@@ -123,7 +145,7 @@ pub fn decide(f: &Facts) -> (Decision, Attempt) {
         Work::ReleaseIntent if f.recall.intent_released => Decision::Wait("its intent is released"),
         _ if let Some(wait) = still_held(f.recall.held, attempt) => Decision::Requeue(wait),
         Work::ReleaseIntent => Decision::ReleaseIntent,
-        Work::Abandon => Decision::Abandon,
+        Work::Abandon => Decision::Abandon(answered(&f.recall)),
         Work::ReleaseCloneSource => Decision::ReleaseCloneSource,
         Work::Provision => without_volume(f),
     };
@@ -131,7 +153,7 @@ pub fn decide(f: &Facts) -> (Decision, Attempt) {
 }
 
 /// A claim of ours without a volume: its class, its node, its PV decide.
-fn without_volume(f: &Facts) -> Decision {
+fn without_volume<'p>(f: &Facts<'_, 'p>) -> Decision<'p> {
     let Some(class) = f.class.clone() else {
         return Decision::Refuse(ClaimError::StorageClassNotFound {
             name: f.claim.class().unwrap_or_default().to_string(),
@@ -154,7 +176,7 @@ fn without_volume(f: &Facts) -> Decision {
         NodeGate::ThisNode => {}
         NodeGate::OtherNode => return Decision::Wait("another node's claim"),
         NodeGate::NotHere => return Decision::Wait("not for this node now"),
-        NodeGate::RaceForIt => return Decision::Race(class),
+        NodeGate::RaceForIt(node) => return Decision::Race(class, node),
     }
     // Saved already: binding is kube-controller-manager's step, and the
     // intent leaves with it (`ReleaseIntent`).
@@ -163,7 +185,7 @@ fn without_volume(f: &Facts) -> Decision {
         return Decision::Wait(SAVED);
     }
     match &f.pv {
-        CachedPv::Unknown => Decision::Create(class),
+        CachedPv::Unknown => Decision::Create(class, answered(&f.recall)),
         CachedPv::BoundTo(uid) if uid == f.claim.uid() => Decision::Wait(SAVED),
         // Our deterministic name is taken: no CreateVolume (it would make a
         // volume no PV can point to). Safe on a stale cache: a retry looks again.
@@ -460,10 +482,10 @@ mod tests {
             Decision::Forget => "forget".into(),
             Decision::Wait(_) => "wait".into(),
             Decision::Requeue(_) => "requeue".into(),
-            Decision::Race(_) => "race".into(),
+            Decision::Race(..) => "race".into(),
             Decision::Refuse(e) => format!("refuse: {}", e.label()),
-            Decision::Create(_) => "create".into(),
-            Decision::Abandon => "abandon".into(),
+            Decision::Create(..) => "create".into(),
+            Decision::Abandon(_) => "abandon".into(),
             Decision::ReleaseIntent => "release intent".into(),
             Decision::ReleaseCloneSource => "release clone source".into(),
         }
@@ -511,7 +533,7 @@ mod tests {
             self.pv = pv;
             self
         }
-        fn decide(&self) -> (Decision, Attempt) {
+        fn decide(&self) -> (Decision<'_>, Attempt) {
             let options = ProvisionOptions::default();
             decide(&Facts {
                 claim: ClaimView(&self.claim.0),
@@ -519,7 +541,7 @@ mod tests {
                 options: &options,
                 class: self.class.clone().map(Arc::new),
                 place: &self.place,
-                recall: self.recall,
+                recall: self.recall.clone(),
                 pv: self.pv.clone(),
             })
         }
@@ -677,9 +699,9 @@ mod tests {
     fn a_migrated_class_is_decided_on_in_our_drivers_terms() {
         let mut in_tree = class("kubernetes.io/aws-ebs", "Immediate");
         in_tree.parameters = Some([("type".to_string(), "gp3".to_string())].into());
+        let place = Placement::Central;
         let row = |driver: &str| {
             let options = ProvisionOptions::default();
-            let place = Placement::Central;
             let c = C::ours().of(driver);
             decide(&Facts {
                 claim: ClaimView(&c.0),
@@ -693,7 +715,7 @@ mod tests {
             .0
         };
         match row("ebs.csi.aws.com") {
-            Decision::Create(class) => assert_eq!(class.provisioner, "kubernetes.io/aws-ebs"),
+            Decision::Create(class, _) => assert_eq!(class.provisioner, "kubernetes.io/aws-ebs"),
             other => panic!("{other:?}"),
         }
         assert_eq!(

@@ -121,6 +121,10 @@ pub enum ClaimError {
     CleanupBlocked(String),
     #[error("not the leader: not acting")]
     NotLeader,
+    /// A deleted claim keeps its cloning protection while a clone of it is
+    /// pending: not a failure, looked at again after the claim's backoff.
+    #[error("a clone of it is pending: keeping its cloning protection")]
+    ClonesPending,
 }
 
 impl ClaimError {
@@ -167,7 +171,8 @@ impl ClaimError {
             | Read { .. }
             | RecordHandle { .. }
             | ReleaseIntent(_)
-            | NotLeader => None,
+            | NotLeader
+            | ClonesPending => None,
         }
     }
 
@@ -227,7 +232,11 @@ impl ClaimError {
 
     /// Whether this counts in `controller_persistentvolumeclaim_provision_failed_total`.
     pub fn counts_as_failure(&self) -> bool {
-        !self.is_ignored() && !matches!(self, ClaimError::NotLeader | ClaimError::ReleaseIntent(_))
+        !self.is_ignored()
+            && !matches!(
+                self,
+                ClaimError::NotLeader | ClaimError::ReleaseIntent(_) | ClaimError::ClonesPending
+            )
     }
 
     /// A bounded name for logs.
@@ -255,6 +264,7 @@ impl ClaimError {
             DeleteVolume { .. } => "delete_volume",
             CleanupBlocked(_) => "cleanup_blocked",
             NotLeader => "not_leader",
+            ClonesPending => "clones_pending",
         }
     }
 }

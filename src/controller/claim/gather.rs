@@ -47,9 +47,9 @@ pub async fn for_create(
     ctx: &Context,
     claim: &PersistentVolumeClaim,
     class: &StorageClass,
+    answered: bool,
 ) -> Result<Ready, ClaimError> {
     let view = ClaimView(claim);
-    let answered = ctx.claims.created(view.uid()).is_some();
     if !answered {
         check_grants(ctx, claim).await?;
     }
@@ -429,13 +429,12 @@ fn topology(
     let allowed = class.allowed_topologies.clone().unwrap_or_default();
     let opts = &ctx.options;
     let name = claim.name_any();
-    if let Some(node) = ctx.place.node() {
+    if let Some((node, segment)) = ctx.place.own_segment() {
         // One sidecar per node: this node is the only one there is, as
         // upstream's node mode sees it (its topology from `NodeGetInfo`, no
         // Node or CSINode read).
-        let segment = node.topology.clone().unwrap_or_default();
         let here = SelectedNode {
-            name: node.name.clone(),
+            name: node.to_string(),
             keys: segment.keys().cloned().collect(),
             labels: segment.clone(),
         };

@@ -34,6 +34,7 @@ impl Memory<ClaimEntry> {
     /// What a decision about the claim needs to know from this process.
     pub fn recall(&self, uid: &str) -> Recall {
         Recall {
+            created: self.created(uid),
             pv_saved: self.pv_saved(uid),
             intent_released: self.intent_released(uid),
             held: self.held(uid),

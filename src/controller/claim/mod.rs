@@ -92,11 +92,7 @@ pub async fn reconcile(claim: Arc<Claim>, ctx: Arc<Context>) -> Result<Action, C
             debug!(claim = %view.key(), why, "waiting");
             Action::await_change()
         }
-        Decision::Race(class) => {
-            let node = ctx
-                .place
-                .node()
-                .expect("races are decided in node deployments");
+        Decision::Race(class, node) => {
             race::race(&ctx, node, claim, &class)
                 .await
                 .map_err(|source| ClaimError::Read {
@@ -104,8 +100,8 @@ pub async fn reconcile(claim: Arc<Claim>, ctx: Arc<Context>) -> Result<Action, C
                     source,
                 })?
         }
-        Decision::Create(class) => create::create(&ctx, claim, &class).await?,
-        Decision::Abandon => abandon::abandon(&ctx, claim).await?,
+        Decision::Create(class, answered) => create::create(&ctx, claim, &class, answered).await?,
+        Decision::Abandon(answered) => abandon::abandon(&ctx, claim, answered).await?,
         Decision::ReleaseIntent => {
             ctx.intents.request(claim);
             Action::await_change()
@@ -145,7 +141,9 @@ pub fn error_policy(claim: Arc<Claim>, err: &ClaimError, ctx: Arc<Context>) -> A
         return Action::await_change();
     }
     let delay = match err {
-        ClaimError::NotLeader => ctx.claims.failed(view.uid(), Hold::Nothing),
+        ClaimError::NotLeader | ClaimError::ClonesPending => {
+            ctx.claims.failed(view.uid(), Hold::Nothing)
+        }
         ClaimError::CreateVolume {
             class: CsiErrorClass::Infeasible,
             ..
@@ -153,7 +151,9 @@ pub fn error_policy(claim: Arc<Claim>, err: &ClaimError, ctx: Arc<Context>) -> A
         _ => ctx.claims.failed(view.uid(), Hold::Attempt),
     };
     match err {
-        ClaimError::NotLeader => debug!(claim = %view.key(), "not leader"),
+        ClaimError::NotLeader | ClaimError::ClonesPending => {
+            debug!(claim = %view.key(), reason = %err, retry_in = ?delay, "waiting")
+        }
         _ => {
             warn!(claim = %view.key(), error = %err, kind = err.label(), final_error = err.is_final(), retry_in = ?delay, "provisioning failed")
         }

@@ -144,11 +144,8 @@ pub async fn release_clone_source(
         .iter()
         .any(|c| ClaimView(&c.0).waits_for(keys::CLAIM_KIND, view.namespace(), view.name()))
     {
-        debug!(claim = %view.key(), "a clone of it is pending: keeping its protection");
-        return Ok(Action::requeue(
-            ctx.claims
-                .failed(view.uid(), crate::controller::memory::Hold::Nothing),
-        ));
+        // The error policy looks at it again after its backoff.
+        return Err(ClaimError::ClonesPending);
     }
     let _worker = ctx
         .clone_releases

@@ -6,144 +6,44 @@
 //! end-to-end invariant tests (tests/invariants.rs) prove the same on a real
 //! control plane; these prove every branch of the sequences.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::ops::Deref;
+use std::sync::Arc;
 use std::time::Duration;
 
-use clap::Parser;
-use csi_test_driver::control::{Client as DriverControl, Fault};
-use csi_test_driver::{Args as DriverArgs, GrpcCode};
-use http_body_util::BodyExt;
-use hyper::body::Bytes;
+use csi_test_driver::GrpcCode;
+use csi_test_driver::control::Fault;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::runtime::{reflector, watcher};
 use serde_json::{Value, json};
 
+use super::ClaimError;
 use super::decide::fixtures::{ClaimFixture, DRIVER, class};
 use super::intent::IntentMode;
-use super::{ClaimError, ClaimMemory, IntentReleaser};
+use crate::controller::Context;
 use crate::controller::node::Placement;
+use crate::controller::scripted::{Bench, Reply, Step};
 use crate::controller::topology::{self, TopologyCaches};
-use crate::controller::{Caches, Context, VolumeMemory};
-use crate::csi::{CsiClient, DriverCapabilities};
+use crate::csi::DriverCapabilities;
 use crate::keys;
+use crate::kube::Listed;
 use crate::kube::fresh::{Freshness, FreshnessConfig};
-use crate::kube::slim::{Claim, Pv};
-use crate::kube::{EventRecorder, LeaderGate, Listed};
-use crate::metrics::Metrics;
-use crate::provision::{ClaimView, DriverInfo, ProvisionOptions, volume_name};
+use crate::kube::slim::Claim;
+use crate::provision::{ClaimView, volume_name};
 
-/// An answer of the scripted API server.
-#[derive(Clone)]
-enum Reply {
-    /// 200/201 with this object.
-    Object(Value),
-    /// A failure status: 404, 409, 422, 500.
-    Status(u16),
-    /// No answer reaches the client: a timeout, or a lost response (the
-    /// request may have been applied; the row's next step says whether).
-    Lost,
-}
-
-/// One expected request (`"PUT persistentvolumeclaims/data"`) and its answer.
-type Step = (&'static str, Reply);
-
-#[derive(Default)]
-struct Script {
-    steps: VecDeque<Step>,
-    /// Every request other than events, as `METHOD resource[/name]`.
-    seen: Vec<String>,
-    /// Bodies of the requests in `seen`.
-    bodies: Vec<Value>,
-    /// Query strings of the requests in `seen`.
-    queries: Vec<String>,
-    /// Events sent: (reason, message).
-    events: Vec<(String, String)>,
-    /// Requests the script did not expect.
-    unexpected: Vec<String>,
-}
-
-/// `/api/v1/namespaces/ns/persistentvolumeclaims/data` → `persistentvolumeclaims/data`.
-fn resource_of(path: &str) -> String {
-    let rest = path
-        .split_once("/v1/")
-        .map(|(_, r)| r)
-        .unwrap_or(path)
-        .split('?')
-        .next()
-        .unwrap_or_default();
-    let parts: Vec<&str> = rest.split('/').collect();
-    let parts = if parts.first() == Some(&"namespaces") && parts.len() > 2 {
-        &parts[2..]
-    } else {
-        &parts[..]
-    };
-    parts.join("/")
-}
-
-fn api(script: Arc<Mutex<Script>>) -> kube::Client {
-    let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-        let script = script.clone();
-        async move {
-            let method = req.method().to_string();
-            let resource = resource_of(req.uri().path());
-            let query = req.uri().query().unwrap_or_default().to_string();
-            let body = req.into_body().collect().await?.to_bytes();
-            let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-            let reply = {
-                let mut s = script.lock().unwrap();
-                if resource.starts_with("events") {
-                    s.events.push((
-                        body["reason"].as_str().unwrap_or_default().to_string(),
-                        body["message"].as_str().unwrap_or_default().to_string(),
-                    ));
-                    Reply::Object(body.clone())
-                } else {
-                    let key = format!("{method} {resource}");
-                    s.seen.push(key.clone());
-                    s.bodies.push(body.clone());
-                    s.queries.push(query);
-                    match s.steps.pop_front() {
-                        Some((want, reply)) if want == key => reply,
-                        _ => {
-                            s.unexpected.push(key);
-                            Reply::Status(500)
-                        }
-                    }
-                }
-            };
-            let (code, out) = match reply {
-                Reply::Object(v) => (200, v),
-                Reply::Status(code) => (
-                    code,
-                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                           "message": format!("scripted {code}"), "reason": "Scripted", "code": code}),
-                ),
-                Reply::Lost => {
-                    return Err::<http::Response<http_body_util::Full<Bytes>>, tower::BoxError>(
-                        "connection reset by peer".into(),
-                    );
-                }
-            };
-            Ok(http::Response::builder()
-                .status(code)
-                .header("content-type", "application/json")
-                .body(http_body_util::Full::new(Bytes::from(out.to_string())))
-                .unwrap())
-        }
-    });
-    kube::Client::new(service, "default")
-}
-
-/// A context whose API server is `script` and whose driver is a fresh test
-/// driver; returns the driver's control client too.
+/// A context whose API server is a script and whose driver is a fresh test
+/// driver (the bench's helpers read through: `rig.driver`, `rig.seen()`).
 struct Rig {
     ctx: Arc<Context>,
     /// Fills the claim cache (for the admission-intent rows).
     claim_writer: reflector::store::Writer<Claim>,
-    script: Arc<Mutex<Script>>,
-    driver: DriverControl,
-    _dir: tempfile::TempDir,
+    bench: Bench,
+}
+
+impl Deref for Rig {
+    type Target = Bench;
+    fn deref(&self) -> &Bench {
+        &self.bench
+    }
 }
 
 const UID: &str = "11111111-2222-3333-4444-555555555555";
@@ -163,88 +63,12 @@ impl Rig {
         caps: DriverCapabilities,
         claims_listed: Listed,
     ) -> Rig {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("csi.sock");
-        let control = dir.path().join("control.sock");
-        let args = DriverArgs::parse_from([
-            "csi-test-driver".to_string(),
-            format!("--endpoint=unix://{}", socket.display()),
-            format!("--control={}", control.display()),
-            format!("--state-dir={}", dir.path().join("state").display()),
-            format!("--drivername={DRIVER}"),
-            "--capabilities=+CLONE_VOLUME,+CREATE_DELETE_SNAPSHOT".to_string(),
-        ]);
-        tokio::spawn(async move { csi_test_driver::run(args).await.map_err(|e| e.to_string()) });
-        let driver = DriverControl::connect_with_timeout(&control, Duration::from_secs(10))
-            .await
-            .unwrap();
-        let metrics = Arc::new(Metrics::unregistered());
-        let csi = CsiClient::connect(
-            &socket,
-            Duration::from_secs(5),
-            Duration::from_secs(5),
-            metrics.clone(),
-        )
-        .await
-        .unwrap();
-        let script = Arc::new(Mutex::new(Script {
-            steps: steps.into(),
-            ..Default::default()
-        }));
-        let client = api(script.clone());
-        let (classes, mut writer) = reflector::store();
-        writer.apply_watcher_event(&watcher::Event::Apply(class(DRIVER, "Immediate")));
-        let (volumes, _) = reflector::store::<Pv>();
+        let bench = Bench::start(steps).await;
         let (claims, claim_writer) = reflector::store::<Claim>();
-        let memory = Arc::new(ClaimMemory::new(
-            Duration::from_secs(1),
-            Duration::from_secs(300),
-        ));
-        let intents = IntentReleaser::start(client.clone(), memory.clone(), claims.clone());
-        let ctx = Context {
-            client: client.clone(),
-            csi,
-            driver: DriverInfo {
-                name: DRIVER.into(),
-                identity: "id".into(),
-                capabilities: caps,
-            },
-            options: ProvisionOptions::default(),
-            recorder: EventRecorder::new(
-                client.clone(),
-                "test",
-                "",
-                Default::default(),
-                metrics.events_dropped.clone(),
-            ),
-            metrics,
-            leader: LeaderGate::always(),
-            caches: Caches {
-                classes,
-                volumes,
-                volumes_listed: Listed::done(),
-                claims,
-                claims_listed,
-                claims_progress: Default::default(),
-                attachments: None,
-                namespaces: None,
-                topology: None,
-            },
-            claims: memory.clone(),
-            intents,
-            intent: IntentMode::Write,
-            volumes: VolumeMemory::new(Duration::from_secs(1), Duration::from_secs(300)),
-            capacity: None,
-            clone_releases: tokio::sync::Semaphore::new(1),
-            place: Placement::Central,
-            creates: tokio::sync::Semaphore::new(2),
-        };
         Rig {
-            ctx: Arc::new(ctx),
+            ctx: Arc::new(bench.context(caps, claims, claims_listed)),
             claim_writer,
-            script,
-            driver,
-            _dir: dir,
+            bench,
         }
     }
 
@@ -315,67 +139,6 @@ impl Rig {
 
     fn ctx_mut(&mut self) -> &mut Context {
         Arc::get_mut(&mut self.ctx).expect("the context is not shared yet")
-    }
-
-    fn then(&self, steps: Vec<Step>) {
-        self.script.lock().unwrap().steps.extend(steps);
-    }
-
-    fn seen(&self) -> Vec<String> {
-        self.script.lock().unwrap().seen.clone()
-    }
-
-    fn query(&self, i: usize) -> String {
-        self.script.lock().unwrap().queries[i].clone()
-    }
-
-    fn body(&self, i: usize) -> Value {
-        self.script.lock().unwrap().bodies[i].clone()
-    }
-
-    fn reasons(&self) -> Vec<String> {
-        self.script
-            .lock()
-            .unwrap()
-            .events
-            .iter()
-            .map(|e| e.0.clone())
-            .collect()
-    }
-
-    fn messages(&self) -> Vec<String> {
-        self.script
-            .lock()
-            .unwrap()
-            .events
-            .iter()
-            .map(|e| e.1.clone())
-            .collect()
-    }
-
-    fn assert_script_done(&self) {
-        let s = self.script.lock().unwrap();
-        assert!(
-            s.unexpected.is_empty(),
-            "unexpected requests {:?} (seen {:?})",
-            s.unexpected,
-            s.seen
-        );
-        assert!(
-            s.steps.is_empty(),
-            "requests never made: {:?}",
-            s.steps.iter().map(|s| s.0).collect::<Vec<_>>()
-        );
-    }
-
-    /// Volumes the driver holds, and its CreateVolume/DeleteVolume call counts.
-    async fn backend(&self) -> (usize, u64, u64) {
-        let l = self.driver.ledger().await.unwrap();
-        (
-            l.volumes.len(),
-            l.calls.get("CreateVolume").copied().unwrap_or(0),
-            l.calls.get("DeleteVolume").copied().unwrap_or(0),
-        )
     }
 }
 
@@ -1743,23 +1506,6 @@ async fn a_cleanup_that_cannot_learn_the_handle_keeps_the_claim_and_says_why() {
     assert_eq!(rig.reasons(), ["ProvisioningCleanupFailed"]);
 }
 
-#[test]
-fn resources_are_named_without_their_namespace() {
-    assert_eq!(
-        resource_of("/api/v1/namespaces/a/persistentvolumeclaims/x"),
-        "persistentvolumeclaims/x"
-    );
-    assert_eq!(
-        resource_of("/api/v1/persistentvolumes?fieldManager=x"),
-        "persistentvolumes"
-    );
-    assert_eq!(
-        resource_of("/apis/storage.k8s.io/v1/csinodes/n1"),
-        "csinodes/n1"
-    );
-    let _ = ClaimView(&claim());
-}
-
 #[tokio::test]
 async fn a_cleanup_whose_create_volume_fails_keeps_the_claim_until_it_can_tell() {
     use GrpcCode::*;
@@ -1975,4 +1721,59 @@ async fn a_read_that_shows_the_claim_changed_decides_again_on_what_it_shows() {
     rig.provision(&c).await.unwrap();
     rig.assert_script_done();
     assert_eq!(rig.backend().await, (0, 0, 0), "no CreateVolume");
+}
+
+/// A deleted claim that clones are made from keeps its cloning protection
+/// while a clone of it is pending: a wait the error policy times (no request,
+/// no event, no failure counted), then the protection goes in one update.
+#[tokio::test]
+async fn a_clone_source_waits_for_its_pending_clone_then_lets_go() {
+    let source = ClaimFixture::ours().bound().clone_source().deleting().0;
+    let mut clone = ClaimFixture::ours().0;
+    clone.metadata.name = Some("copy".into());
+    clone.metadata.uid = Some("copy-uid".into());
+    clone.spec.as_mut().unwrap().data_source =
+        Some(k8s_openapi::api::core::v1::TypedLocalObjectReference {
+            api_group: None,
+            kind: "PersistentVolumeClaim".into(),
+            name: ClaimView(&source).name().into(),
+        });
+    let mut rig = Rig::basic(vec![]).await;
+    rig.claim_writer
+        .apply_watcher_event(&watcher::Event::Apply(Claim(clone.clone())));
+    let r = rig.reconcile(&source).await;
+    assert!(matches!(r, Err(ClaimError::ClonesPending)), "{r:?}");
+    assert_eq!(rig.seen(), Vec::<String>::new());
+    assert_eq!(rig.reasons(), Vec::<String>::new());
+    let failed = rig
+        .ctx
+        .metrics
+        .provision_failed_total
+        .get_or_create(&super::error::labels(&source))
+        .get();
+    assert_eq!(failed, 0, "a wait is not a failure");
+    // The clone is bound: the protection goes (read, then updated without it).
+    let mut done = clone;
+    done.spec.as_mut().unwrap().volume_name = Some("copy-pv".into());
+    done.status = Some(k8s_openapi::api::core::v1::PersistentVolumeClaimStatus {
+        phase: Some("Bound".into()),
+        ..Default::default()
+    });
+    rig.claim_writer
+        .apply_watcher_event(&watcher::Event::Apply(Claim(done)));
+    rig.then(vec![
+        (GET_CLAIM, claim_object(&source)),
+        (PUT_CLAIM, claim_object(&source)),
+    ]);
+    rig.ctx.claims.expire_hold(ClaimView(&source).uid());
+    let r = rig.reconcile(&source).await;
+    assert!(r.is_ok(), "{r:?} after {:?}", rig.seen());
+    rig.assert_script_done();
+    let body = rig.body(1);
+    assert!(
+        !body["metadata"]["finalizers"]
+            .to_string()
+            .contains(keys::FINALIZER_CLONE_SOURCE),
+        "{body}"
+    );
 }
