@@ -676,12 +676,13 @@ pub fn api_detail_section(sc: &Scenario, figs: &BTreeMap<Who, Figures>) -> Strin
 }
 
 /// The sidecar metrics of `sc` (see `scrape::table`): per contender, the
-/// measured phase (provisioning; idling in the idle scenario) summed over its
-/// rounds, and the other phases'.
+/// measured phase (provisioning; in the idle scenario start-up, the probe
+/// claim with every object in the caches) summed over its rounds, and the
+/// other phases'.
 pub fn metrics_section(sc: &Scenario, results: &[RunResult]) -> Option<String> {
-    let measured = match sc.workload {
-        Workload::Idle { .. } => "idle",
-        _ => "provision",
+    let (measured, what) = match sc.workload {
+        Workload::Idle { .. } => ("startup", "start-up"),
+        _ => ("provision", "provisioning"),
     };
     let per_who: scrape::PerWho = Who::ALL
         .iter()
@@ -701,7 +702,7 @@ pub fn metrics_section(sc: &Scenario, results: &[RunResult]) -> Option<String> {
             (who, (phase(&|p| p == measured), phase(&|p| p != measured)))
         })
         .collect();
-    scrape::table(&sc.name, &per_who)
+    scrape::table(&sc.name, what, &per_who)
 }
 
 /// A line for the report's header when the contenders ran with other than

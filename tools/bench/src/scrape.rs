@@ -196,6 +196,9 @@ fn trim(x: f64) -> String {
     }
 }
 
+/// A cell of the table from (the measured phase's samples, the other phases').
+type Cell<'a> = dyn Fn(&[Sample], &[Sample]) -> Option<String> + 'a;
+
 /// The rows of the table: (what, text per contender).
 fn rows(per_who: &PerWho) -> Vec<(String, Vec<String>)> {
     let all: Vec<Sample> = per_who
@@ -203,7 +206,7 @@ fn rows(per_who: &PerWho) -> Vec<(String, Vec<String>)> {
         .flat_map(|(p, w)| p.iter().chain(w))
         .cloned()
         .collect();
-    let cell = |f: &dyn Fn(&[Sample], &[Sample]) -> Option<String>| {
+    let cell = |f: &Cell<'_>| {
         per_who
             .values()
             .map(|(p, w)| f(p, w).unwrap_or_else(|| "–".into()))
@@ -243,11 +246,12 @@ fn rows(per_who: &PerWho) -> Vec<(String, Vec<String>)> {
 }
 
 /// A compact table of the sidecar metrics of one scenario: per contender that
-/// exposes them, the provisioning phase summed over rounds, and events dropped
-/// over every phase. `None` when no contender exposed any.
+/// exposes them, the measured phase (`what`, e.g. "provisioning") summed over
+/// rounds, and events dropped over every phase. `None` when no contender
+/// exposed any.
 ///
-/// `per_who` holds, per contender, (provisioning samples, the other phases').
-pub fn table(scenario: &str, per_who: &PerWho) -> Option<String> {
+/// `per_who` holds, per contender, (the measured phase's samples, the other phases').
+pub fn table(scenario: &str, what: &str, per_who: &PerWho) -> Option<String> {
     let per_who: PerWho = per_who
         .iter()
         .filter(|(_, (p, w))| !p.is_empty() || !w.is_empty())
@@ -257,7 +261,7 @@ pub fn table(scenario: &str, per_who: &PerWho) -> Option<String> {
         return None;
     }
     let mut out = format!(
-        "Sidecar metrics, `{scenario}` (its `/metrics` after each phase; provisioning, every round added up; \
+        "Sidecar metrics, `{scenario}` (its `/metrics` after each phase; {what}, every round added up; \
          histograms as count × mean, with the bucket bound holding p99 for stages, p50 for rounds):\n\n| metric |"
     );
     for w in per_who.keys() {
@@ -339,7 +343,7 @@ process_resident_memory_bytes 1e7
         let mut per_who = BTreeMap::new();
         per_who.insert(Who::Upstream, (Vec::new(), Vec::new()));
         per_who.insert(Who::Ours, (samples.clone(), samples));
-        let table = table("burst", &per_who).unwrap();
+        let table = table("burst", "provisioning", &per_who).unwrap();
         assert!(!table.contains("upstream"), "{table}");
         assert!(
             table.contains("| stage `check` (s) | 4 × mean 0.50, p99 ≤ 1.00 |"),
@@ -354,6 +358,6 @@ process_resident_memory_bytes 1e7
             "{table}"
         );
         let none = BTreeMap::from([(Who::Upstream, (Vec::new(), Vec::new()))]);
-        assert_eq!(super::table("burst", &none), None);
+        assert_eq!(super::table("burst", "provisioning", &none), None);
     }
 }
