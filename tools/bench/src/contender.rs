@@ -2,6 +2,7 @@
 //! (this binary's `floor` subcommand). Each gets the same flags.
 
 use std::fs::File;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -10,7 +11,7 @@ use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 use tokio::process::{Child, Command};
 
-use crate::plan::{Limits, WORKER_THREADS};
+use crate::plan::Limits;
 
 #[derive(
     Debug,
@@ -80,16 +81,30 @@ impl Binaries {
     }
 }
 
-/// The flags every contender gets, in the same order.
-pub fn common_flags(socket: &Path, kubeconfig: &Path, limits: Limits) -> Vec<String> {
+/// The flags every contender gets, in the same order. `http` is where the
+/// sidecars serve `/metrics` (the floor takes the flag and serves nothing).
+pub fn common_flags(
+    socket: &Path,
+    kubeconfig: &Path,
+    limits: Limits,
+    worker_threads: u32,
+    http: SocketAddr,
+) -> Vec<String> {
     vec![
         format!("--csi-address={}", socket.display()),
         format!("--kubeconfig={}", kubeconfig.display()),
         format!("--kube-api-qps={}", limits.qps),
         format!("--kube-api-burst={}", limits.burst),
-        format!("--worker-threads={WORKER_THREADS}"),
+        format!("--worker-threads={worker_threads}"),
         "--leader-election=false".to_string(),
+        format!("--http-endpoint={http}"),
     ]
+}
+
+/// A free local port for a contender's `--http-endpoint` (taken, then let go:
+/// nothing else on the machine races for it in practice).
+pub fn free_local_addr() -> anyhow::Result<SocketAddr> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
 }
 
 pub struct Running {
@@ -97,9 +112,17 @@ pub struct Running {
     pub child: Child,
     pub pid: u32,
     pub log: PathBuf,
+    /// Where its `/metrics` is served (not the floor's).
+    pub metrics: Option<SocketAddr>,
 }
 
-pub fn spawn(who: Who, bins: &Binaries, flags: &[String], log: PathBuf) -> anyhow::Result<Running> {
+pub fn spawn(
+    who: Who,
+    bins: &Binaries,
+    flags: &[String],
+    log: PathBuf,
+    metrics: SocketAddr,
+) -> anyhow::Result<Running> {
     let mut cmd = match who {
         Who::Upstream => Command::new(&bins.upstream),
         Who::Ours => Command::new(&bins.ours),
@@ -129,6 +152,7 @@ pub fn spawn(who: Who, bins: &Binaries, flags: &[String], log: PathBuf) -> anyho
         child,
         pid,
         log,
+        metrics: (who != Who::Floor).then_some(metrics),
     })
 }
 

@@ -45,6 +45,9 @@ pub struct FloorArgs {
     /// Accepted for flag parity with the sidecars; the floor never elects.
     #[arg(long, default_value = "false")]
     pub leader_election: String,
+    /// Accepted for flag parity with the sidecars; the floor serves no metrics.
+    #[arg(long, default_value = "")]
+    pub http_endpoint: String,
 }
 
 /// Client-side token bucket (`qps`, `burst`), taken before every API request.

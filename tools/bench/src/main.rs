@@ -15,6 +15,7 @@ mod policies;
 mod procfs;
 mod report;
 mod runner;
+mod scrape;
 mod stats;
 
 use std::collections::BTreeMap;
@@ -90,6 +91,10 @@ struct RunArgs {
     /// Override the size of every burst (for a quick look; the report says what ran).
     #[arg(long)]
     claims: Option<usize>,
+    /// `--worker-threads` for every contender (default: upstream's 100). For the
+    /// experiment "slot-bound or machine-bound?": `--worker-threads 200` at raised limits.
+    #[arg(long, env = "BENCH_WORKER_THREADS", default_value_t = plan::WORKER_THREADS)]
+    worker_threads: u32,
     /// The report to update (its generated section for this profile).
     #[arg(long, default_value = "docs/benchmarks.md")]
     doc: PathBuf,
@@ -206,6 +211,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         run_id: std::process::id() % 100_000,
         track: String::new(),
         who: args.who.clone(),
+        worker_threads: args.worker_threads,
     };
     let sink = ResultSink::new(work_dir.join("results.json"));
     // Everything runs in turn on this control plane, except the scenarios bound
@@ -227,6 +233,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 run_id: ctx.run_id,
                 track: format!("{}: ", sc.name),
                 who: ctx.who.clone(),
+                worker_threads: ctx.worker_threads,
             };
             let outcome = run_track(&side, &[sc], sink).await;
             side.cluster.down();
@@ -302,9 +309,8 @@ impl ResultSink {
 async fn run_track(ctx: &Ctx, scenarios: &[&Scenario], sink: &ResultSink) -> anyhow::Result<()> {
     for sc in scenarios {
         if let Workload::Idle { .. } = sc.workload {
-            // Idle, the intent policies change nothing: ours+policies is ours.
-            let mut order = ctx.chosen(rotation(0));
-            order.retain(|w| *w != Who::OursPolicies);
+            // ours+policies too: its start-up and idle cost are measured, not assumed.
+            let order = ctx.chosen(rotation(0));
             sink.push(runner::run_idle(ctx, sc, &order).await)?;
         } else {
             for round in 0..sc.rounds {
@@ -334,6 +340,10 @@ fn write_report(
         let figs = figures_of(sc, results);
         sections.push_str(&report::scenario_section(sc, &figs, &mut verdicts));
         sections.push('\n');
+        if let Some(metrics) = report::metrics_section(sc, results) {
+            sections.push_str(&metrics);
+            sections.push('\n');
+        }
         if sc.name == "burst-raised-0ms" {
             sections.push_str(&report::api_detail_section(sc, &figs));
             sections.push('\n');
@@ -357,6 +367,7 @@ fn write_report(
             .map(|d| d.to_string_lossy().to_string())
             .unwrap_or_default();
         let mut body = header;
+        body.push_str(&report::worker_threads_line(results).unwrap_or_default());
         body.push_str(&format!(
             "\n#### Ours against the targets ({profile})\n\n{summary}\n"
         ));

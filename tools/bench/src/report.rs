@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use crate::contender::Who;
-use crate::plan::{DEFAULT_LIMITS, Scenario, Workload};
+use crate::plan::{DEFAULT_LIMITS, Scenario, WORKER_THREADS, Workload};
 use crate::runner::RunResult;
+use crate::scrape;
 use crate::stats::{median, percentile};
 
 /// Figures of one contender in one scenario (medians over its rounds).
@@ -672,6 +673,56 @@ pub fn api_detail_section(sc: &Scenario, figs: &BTreeMap<Who, Figures>) -> Strin
         );
     }
     out
+}
+
+/// The sidecar metrics of `sc` (see `scrape::table`): per contender, the
+/// measured phase (provisioning; in the idle scenario start-up, the probe
+/// claim with every object in the caches) summed over its rounds, and the
+/// other phases'.
+pub fn metrics_section(sc: &Scenario, results: &[RunResult]) -> Option<String> {
+    let (measured, what) = match sc.workload {
+        Workload::Idle { .. } => ("startup", "start-up"),
+        _ => ("provision", "provisioning"),
+    };
+    let per_who: scrape::PerWho = Who::ALL
+        .iter()
+        .map(|&who| {
+            let runs: Vec<&RunResult> = results
+                .iter()
+                .filter(|r| r.scenario == sc.name && r.who == Some(who))
+                .collect();
+            let phase = |keep: &dyn Fn(&str) -> bool| {
+                scrape::sum(runs.iter().flat_map(|r| {
+                    r.sidecar_metrics
+                        .iter()
+                        .filter(|(p, _)| keep(p))
+                        .map(|(_, s)| s.as_slice())
+                }))
+            };
+            (who, (phase(&|p| p == measured), phase(&|p| p != measured)))
+        })
+        .collect();
+    scrape::table(&sc.name, what, &per_who)
+}
+
+/// A line for the report's header when the contenders ran with other than
+/// upstream's default `--worker-threads` (an experiment, not the benchmark).
+pub fn worker_threads_line(results: &[RunResult]) -> Option<String> {
+    let mut threads: Vec<u32> = results
+        .iter()
+        .map(|r| r.worker_threads)
+        .filter(|&n| n != 0 && n != WORKER_THREADS)
+        .collect();
+    threads.sort_unstable();
+    threads.dedup();
+    (!threads.is_empty()).then(|| {
+        let list: Vec<String> = threads.iter().map(|n| format!("`--worker-threads={n}`")).collect();
+        format!(
+            "- Every contender ran with {} (upstream's default is {WORKER_THREADS}): an experiment, \
+             not the benchmark's figures.\n",
+            list.join(", ")
+        )
+    })
 }
 
 pub fn verdict_table(verdicts: &[Verdict]) -> String {

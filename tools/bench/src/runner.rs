@@ -27,6 +27,7 @@ use crate::driver::Driver;
 use crate::observe::Observer;
 use crate::plan::{Limits, Scenario, Workload};
 use crate::procfs::{self, ProcSample};
+use crate::scrape::{self, Sample};
 
 /// CSI methods the contenders call; all get the scenario's latency.
 const CSI_METHODS: [&str; 6] = [
@@ -88,6 +89,14 @@ pub struct RunResult {
     pub timeline: Vec<Tick>,
     pub driver_cpu_secs: f64,
     pub notes: Vec<String>,
+    /// `--worker-threads` every contender of the run got.
+    #[serde(default)]
+    pub worker_threads: u32,
+    /// The sidecar's own metrics by phase (`startup`, `provision`, `delete`,
+    /// `idle`), each what changed during it (`scrape::FAMILIES`; empty for a
+    /// contender that exposes none of them).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sidecar_metrics: BTreeMap<String, Vec<Sample>>,
 }
 
 pub struct Ctx {
@@ -102,6 +111,8 @@ pub struct Ctx {
     pub track: String,
     /// The contenders to run (`--who`); empty means all.
     pub who: Vec<Who>,
+    /// `--worker-threads` for every contender (`plan::WORKER_THREADS` unless overridden).
+    pub worker_threads: u32,
 }
 
 impl Ctx {
@@ -326,18 +337,22 @@ async fn start_contender(
     let client = &ctx.cluster.admin;
     let probe = "probe";
     create_claim(client, &s.observer, &s.ns, &s.class, probe).await?;
+    let http = contender::free_local_addr()?;
     let flags = contender::common_flags(
         &s.driver.endpoint,
         &ctx.cluster.contender_kubeconfig,
         limits,
+        ctx.worker_threads,
+        http,
     );
+    result.worker_threads = ctx.worker_threads;
     let log = ctx
         .work_dir
         .join(&s.tag)
         .join(format!("{}.log", who.slug()));
     let before = ctx.cluster.request_counts().await?;
     let t_spawn = Instant::now();
-    let mut running = contender::spawn(who, &ctx.bins, &flags, log)?;
+    let mut running = contender::spawn(who, &ctx.bins, &flags, log, http)?;
     let ok = wait_until(
         ctx,
         &mut running,
@@ -371,7 +386,61 @@ async fn start_contender(
     .await;
     anyhow::ensure!(ok, "{} did not delete the probe volume", who.label());
     result.api_startup = ctx.cluster.request_counts().await?.since(&before);
+    phase_metrics(&running, result, "startup", &[]).await;
     Ok(running)
+}
+
+/// The scrape at the end of start-up (cumulative: the phase began at spawn).
+fn startup_metrics(result: &RunResult) -> Vec<Sample> {
+    result
+        .sidecar_metrics
+        .get("startup")
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Reads the contender's `/metrics` (nothing for the floor, or when it does
+/// not answer: noted in the result).
+async fn scrape_metrics(running: &Running, result: &mut RunResult) -> Vec<Sample> {
+    let Some(addr) = running.metrics else {
+        return Vec::new();
+    };
+    let read = tokio::task::spawn_blocking(move || -> std::io::Result<String> {
+        use std::io::{Read as _, Write as _};
+        let mut conn = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+        conn.set_read_timeout(Some(Duration::from_secs(10)))?;
+        conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+        let mut page = String::new();
+        conn.read_to_string(&mut page)?;
+        Ok(page)
+    })
+    .await;
+    match read.unwrap_or_else(|e| Err(std::io::Error::other(e))) {
+        Ok(page) => {
+            let body = page.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+            scrape::parse(body)
+        }
+        Err(e) => {
+            result.notes.push(format!("reading {addr}/metrics: {e}"));
+            Vec::new()
+        }
+    }
+}
+
+/// Scrapes the contender at the end of `phase` and keeps what changed since
+/// `before` (the scrape at the end of the previous phase); returns the scrape.
+async fn phase_metrics(
+    running: &Running,
+    result: &mut RunResult,
+    phase: &str,
+    before: &[Sample],
+) -> Vec<Sample> {
+    let now = scrape_metrics(running, result).await;
+    let changed = scrape::since(&now, before);
+    if !changed.is_empty() {
+        result.sidecar_metrics.insert(phase.to_string(), changed);
+    }
+    now
 }
 
 pub async fn run_workload(ctx: &Ctx, sc: &Scenario, who: Who, round: u32) -> RunResult {
@@ -394,20 +463,14 @@ pub async fn run_workload(ctx: &Ctx, sc: &Scenario, who: Who, round: u32) -> Run
             return result;
         }
     };
-    let policies = if who == Who::OursPolicies {
-        match crate::policies::install(&ctx.cluster.admin, &ctx.cluster.repo, &driver_name, &ns)
-            .await
-        {
-            Ok(p) => Some(p),
-            Err(e) => {
-                result.notes.push(format!("installing the policies: {e:#}"));
-                ctx.say(&format!("{tag}: installing the policies: {e:#}"));
-                cleanup(ctx, &setup).await;
-                return result;
-            }
+    let policies = match install_policies(ctx, who, &driver_name, &ns).await {
+        Ok(p) => p,
+        Err(e) => {
+            result.notes.push(format!("installing the policies: {e:#}"));
+            ctx.say(&format!("{tag}: installing the policies: {e:#}"));
+            cleanup(ctx, &setup).await;
+            return result;
         }
-    } else {
-        None
     };
     match measure(ctx, sc, who, &setup, &mut result).await {
         Ok(()) => {}
@@ -422,6 +485,20 @@ pub async fn run_workload(ctx: &Ctx, sc: &Scenario, who: Who, round: u32) -> Run
     cleanup(ctx, &setup).await;
     summary(ctx, &tag, &result);
     result
+}
+
+/// The intent policies for `ours+policies` (none for the others).
+async fn install_policies(
+    ctx: &Ctx,
+    who: Who,
+    driver_name: &str,
+    ns: &str,
+) -> anyhow::Result<Option<crate::policies::Installed>> {
+    if who != Who::OursPolicies {
+        return Ok(None);
+    }
+    let p = crate::policies::install(&ctx.cluster.admin, &ctx.cluster.repo, driver_name, ns);
+    Ok(Some(p.await?))
 }
 
 fn summary(ctx: &Ctx, tag: &str, r: &RunResult) {
@@ -454,6 +531,7 @@ async fn measure(
         .unwrap_or_default()
         .cpu_secs;
     let mut running = start_contender(ctx, s, who, sc.limits, result).await?;
+    let after_startup = startup_metrics(result);
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     let names: Vec<String> = (0..sc.volumes()).map(|i| format!("c-{i:05}")).collect();
@@ -570,6 +648,8 @@ async fn measure(
     let c2 = sample(ctx, &running);
     let cp2 = control_plane_cpu(ctx);
     let m2 = ctx.cluster.request_counts().await?;
+    // After the figures of the phase, so the scrape is not counted in them.
+    let after_provision = phase_metrics(&running, result, "provision", &after_startup).await;
     {
         let st = s.observer.state();
         let mut last_pv = None::<Instant>;
@@ -635,6 +715,7 @@ async fn measure(
     let cp3 = control_plane_cpu(ctx);
     let m3 = ctx.cluster.request_counts().await?;
     let (_, d3) = driver_stats(&s.control).await;
+    phase_metrics(&running, result, "delete", &after_provision).await;
     result.cpu_provision_secs = c2.cpu_secs - c1.cpu_secs;
     result.cpu_delete_secs = c3.cpu_secs - c2.cpu_secs;
     result.control_plane_cpu_provision_secs = cp2 - cp1;
@@ -708,7 +789,7 @@ async fn cleanup(ctx: &Ctx, s: &Setup) {
 /// contender starts (start-up = time to provision a probe claim with all of
 /// them in its caches), deletes the probe, then idles; its RSS is read at the end.
 pub async fn run_idle(ctx: &Ctx, sc: &Scenario, order: &[Who]) -> Vec<RunResult> {
-    let Workload::Idle { objects, idle_secs } = sc.workload else {
+    let Workload::Idle { objects, .. } = sc.workload else {
         return Vec::new();
     };
     let ns = format!("bench-idle-{}", ctx.run_id);
@@ -735,17 +816,14 @@ pub async fn run_idle(ctx: &Ctx, sc: &Scenario, order: &[Who]) -> Vec<RunResult>
         };
         let outcome = async {
             let s = setup(ctx, &tag, driver_name, ns, class, 0).await?;
-            let running = start_contender(ctx, &s, who, sc.limits, &mut result).await?;
-            ctx.say(&format!("  {}: idle for {idle_secs} s", who.label()));
-            let m0 = ctx.cluster.request_counts().await?;
-            tokio::time::sleep(Duration::from_secs(idle_secs)).await;
-            let p = sample(ctx, &running);
-            result.idle_rss_kib = Some(p.rss_kib);
-            result.peak_rss_kib = p.hwm_kib;
-            result.cpu_provision_secs = p.cpu_secs;
-            result.api_idle = ctx.cluster.request_counts().await?.since(&m0);
-            running.stop().await;
-            anyhow::Ok(())
+            // Installed before the start, as for the workloads (the probe
+            // claim then takes the policy path).
+            let policies = install_policies(ctx, who, driver_name, ns).await?;
+            let measured = idle(ctx, sc, &s, who, &mut result).await;
+            if let Some(p) = policies {
+                p.remove(&ctx.cluster.admin).await;
+            }
+            measured
         }
         .await;
         if let Err(e) = outcome {
@@ -775,6 +853,32 @@ pub async fn run_idle(ctx: &Ctx, sc: &Scenario, order: &[Who]) -> Vec<RunResult>
         .delete(class, &DeleteParams::default())
         .await;
     results
+}
+
+/// One contender's idle run on the populated cluster.
+async fn idle(
+    ctx: &Ctx,
+    sc: &Scenario,
+    s: &Setup,
+    who: Who,
+    result: &mut RunResult,
+) -> anyhow::Result<()> {
+    let Workload::Idle { idle_secs, .. } = sc.workload else {
+        return Ok(());
+    };
+    let running = start_contender(ctx, s, who, sc.limits, result).await?;
+    let after_startup = startup_metrics(result);
+    ctx.say(&format!("  {}: idle for {idle_secs} s", who.label()));
+    let m0 = ctx.cluster.request_counts().await?;
+    tokio::time::sleep(Duration::from_secs(idle_secs)).await;
+    let p = sample(ctx, &running);
+    result.idle_rss_kib = Some(p.rss_kib);
+    result.peak_rss_kib = p.hwm_kib;
+    result.cpu_provision_secs = p.cpu_secs;
+    result.api_idle = ctx.cluster.request_counts().await?.since(&m0);
+    phase_metrics(&running, result, "idle", &after_startup).await;
+    running.stop().await;
+    Ok(())
 }
 
 /// Creates `objects` pre-bound PV/claim pairs (reclaim Retain, so no contender

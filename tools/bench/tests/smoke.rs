@@ -119,6 +119,28 @@ fn a_small_burst_runs_every_contender_end_to_end() {
         "no write to the claims: {}",
         with_policies["api_provision"]
     );
+    // Our sidecar's own metrics, scraped at the end of each phase: one
+    // CreateVolume per claim in the provisioning phase's stage histogram.
+    for who in ["ours", "ours+policies"] {
+        let r = results.iter().find(|r| r["who"] == who).expect("ran");
+        let provision = r["sidecar_metrics"]["provision"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{who}: no provisioning metrics: {r}"));
+        let creates = provision.iter().find(|s| {
+            s["name"] == "csi_provisioner_provision_stage_seconds_count"
+                && s["labels"]["stage"] == "create_volume"
+        });
+        assert_eq!(
+            creates.and_then(|s| s["value"].as_f64()),
+            Some(CLAIMS as f64),
+            "{who}: {provision:?}"
+        );
+        assert_eq!(r["worker_threads"].as_u64(), Some(100), "{who}");
+    }
+    assert!(
+        stdout.contains("Sidecar metrics, `burst-raised-0ms`"),
+        "no sidecar metrics table in the report:\n{stdout}"
+    );
     let ours = results
         .iter()
         .find(|r| r["who"] == "ours")

@@ -1,5 +1,5 @@
 //! The CSI services (Identity, Controller, Node) over an in-memory model of a storage backend
-//! that is mirrored to the ledger file after every change.
+//! whose every change is appended to the ledger's journal before the call returns.
 //!
 //! Every RPC goes through [`Driver::serve`]: count the call, apply the armed faults, then run
 //! the method in its own task. The task is not cancelled when the caller gives up (a deadline or
@@ -16,8 +16,11 @@ use csi_proto::v1::controller_service_capability::rpc::Type as ControllerCapabil
 use csi_proto::v1::volume_capability::access_mode::Mode as AccessMode;
 use tonic::{Request, Response, Status};
 
+use crate::book::Book;
 use crate::faults::{Decision, FaultTable, Verdict};
-use crate::ledger::{ContentSource, Ledger, OperationRecord, SnapshotRecord, VolumeRecord, now_ms};
+use crate::ledger::{
+    ContentSource, Journal, Ledger, OperationRecord, SnapshotRecord, VolumeRecord, now_ms,
+};
 
 /// Size given to a volume whose request has no capacity range.
 pub const DEFAULT_VOLUME_SIZE: i64 = 1 << 30;
@@ -47,10 +50,11 @@ pub struct DriverConfig {
 #[derive(Debug)]
 pub struct Driver {
     config: DriverConfig,
-    ledger: Mutex<Ledger>,
-    /// Call counters changed since the ledger was last written (they are flushed lazily; volume
-    /// changes are written before the call returns).
-    counts_dirty: AtomicBool,
+    /// The ledger with its indexes. Call counters are journaled lazily (`flush_counts`); volume
+    /// and snapshot changes before the call returns.
+    ledger: Mutex<Book>,
+    /// Taken only while `ledger` is held, so lines are in the order of the changes.
+    journal: Mutex<Journal>,
     faults: FaultTable,
     ready: AtomicBool,
     /// Keys (volume names / ids) with a call in progress.
@@ -89,12 +93,13 @@ type Reply<T> = Result<Response<T>, Status>;
 type OnInjected = Box<dyn FnOnce(&Driver, &Status) + Send>;
 
 impl Driver {
-    /// A driver over `ledger` (loaded from the state directory by the caller).
-    pub fn new(config: DriverConfig, ledger: Ledger, seed: u64) -> Self {
+    /// A driver over `ledger` (loaded from the state directory by the caller), journaling its
+    /// changes to `journal`.
+    pub fn new(config: DriverConfig, ledger: Ledger, journal: Journal, seed: u64) -> Self {
         Driver {
             config,
-            ledger: Mutex::new(ledger),
-            counts_dirty: AtomicBool::new(false),
+            ledger: Mutex::new(Book::new(ledger)),
+            journal: Mutex::new(journal),
             faults: FaultTable::new(seed),
             ready: AtomicBool::new(true),
             in_flight: Mutex::new(std::collections::HashSet::new()),
@@ -115,7 +120,13 @@ impl Driver {
 
     /// A copy of the ledger as it is now.
     pub fn ledger_snapshot(&self) -> Ledger {
-        self.ledger().clone()
+        Ledger::clone(&self.ledger())
+    }
+
+    /// Calls per method and the number of volumes held, without copying the ledger.
+    pub fn counts(&self) -> (BTreeMap<String, u64>, usize) {
+        let ledger = self.ledger();
+        (ledger.calls.clone(), ledger.volumes.len())
     }
 
     /// Forgets a volume without a `DeleteVolume`, as when the storage system loses it or an
@@ -123,34 +134,44 @@ impl Driver {
     /// it.
     pub fn lose_volume(&self, volume_id: &str) -> Result<(), String> {
         let mut ledger = self.ledger();
-        if ledger.volumes.remove(volume_id).is_none() {
+        if ledger.remove_volume(volume_id).is_none() {
             return Err(format!("volume {volume_id:?} not found"));
         }
-        self.persist(&ledger).map_err(|s| s.message().to_string())
+        self.persist(&mut ledger)
+            .map_err(|s| s.message().to_string())
     }
 
-    /// Writes the ledger if call counters changed since the last write.
+    /// Journals the call counters if they changed since the last line.
     pub fn flush_counts(&self) -> std::io::Result<()> {
-        if self.counts_dirty.swap(false, Ordering::SeqCst) {
-            let ledger = self.ledger();
-            if let Err(err) = ledger.save(&self.config.state_dir) {
-                self.counts_dirty.store(true, Ordering::SeqCst);
-                return Err(err);
-            }
+        let mut ledger = self.ledger();
+        if ledger.counts_dirty() {
+            self.journal_line(&mut ledger)?;
         }
         Ok(())
     }
 
-    fn ledger(&self) -> MutexGuard<'_, Ledger> {
+    fn ledger(&self) -> MutexGuard<'_, Book> {
         self.ledger.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Appends what changed in `ledger` since the last line (one line, O(1) in the ledger's
+    /// size). A line that cannot be written stays pending for the next one.
+    fn journal_line(&self, ledger: &mut Book) -> std::io::Result<()> {
+        let delta = ledger.take_delta();
+        if delta.is_empty() {
+            return Ok(());
+        }
+        let mut journal = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+        journal.append(delta.clone()).inspect_err(|_| {
+            ledger.restore_delta(delta);
+        })
     }
 
     /// Persists a mutation before the call returns. Failing to persist is reported to the
     /// caller as INTERNAL: a ledger that silently diverges from what callers were told would
     /// make every invariant check meaningless.
-    fn persist(&self, ledger: &Ledger) -> Result<(), Status> {
-        self.counts_dirty.store(false, Ordering::SeqCst);
-        ledger.save(&self.config.state_dir).map_err(|err| {
+    fn persist(&self, ledger: &mut Book) -> Result<(), Status> {
+        self.journal_line(ledger).map_err(|err| {
             tracing::error!(%err, "cannot write the ledger");
             Status::internal(format!("test driver cannot write its ledger: {err}"))
         })
@@ -228,8 +249,7 @@ impl Driver {
             Some(k) if self.config.serialize_by_name => match InFlight::take(self, k) {
                 Some(g) => Some(g),
                 None => {
-                    *self.ledger().calls.entry(method.to_string()).or_default() += 1;
-                    self.counts_dirty.store(true, Ordering::SeqCst);
+                    self.ledger().count_call(method);
                     return Err(Status::aborted(format!(
                         "{method}: an operation on this volume is already in progress"
                     )));
@@ -241,11 +261,7 @@ impl Driver {
         let request = request.into_inner();
         let task = tokio::spawn(async move {
             let _guard = guard;
-            {
-                let mut ledger = driver.ledger();
-                *ledger.calls.entry(method.to_string()).or_default() += 1;
-                driver.counts_dirty.store(true, Ordering::SeqCst);
-            }
+            driver.ledger().count_call(method);
             // Debug of CSI requests redacts secrets (csi-proto), so this is safe to log.
             tracing::debug!(method, request = ?request, "call");
             let result = match driver.faults.before_call(method).await {
@@ -378,8 +394,8 @@ impl Driver {
             created = record.created,
             "CreateVolume"
         );
-        ledger.operations.push(record);
-        self.persist(&ledger)?;
+        ledger.push_operation(record);
+        self.persist(&mut ledger)?;
         result
     }
 
@@ -387,7 +403,7 @@ impl Driver {
     /// Returns the volume and whether it was created by this call.
     fn create_or_find(
         &self,
-        ledger: &mut Ledger,
+        ledger: &mut Book,
         req: &v1::CreateVolumeRequest,
     ) -> Result<(VolumeRecord, bool), Status> {
         if req.name.is_empty() {
@@ -516,8 +532,7 @@ impl Driver {
             )));
         }
 
-        let seq = ledger.next_volume_seq;
-        ledger.next_volume_seq += 1;
+        let seq = ledger.take_volume_seq();
         let volume = VolumeRecord {
             volume_id: if self.config.volume_id_with_name {
                 format!("vol-{seq:06}-{}", req.name)
@@ -535,9 +550,7 @@ impl Driver {
             published_nodes: BTreeMap::new(),
             created_at_ms: now_ms(),
         };
-        ledger
-            .volumes
-            .insert(volume.volume_id.clone(), volume.clone());
+        ledger.insert_volume(volume.clone());
         Ok((volume, true))
     }
 
@@ -589,7 +602,7 @@ impl Driver {
                 }
                 Some(volume) => {
                     record.name = Some(volume.name.clone());
-                    ledger.volumes.remove(&req.volume_id);
+                    ledger.remove_volume(&req.volume_id);
                     record.deleted = true;
                     Ok(v1::DeleteVolumeResponse {})
                 }
@@ -597,11 +610,7 @@ impl Driver {
                 // Unless a fault makes this driver break that rule.
                 None => {
                     let misbehaviour = self.faults.misbehaviour();
-                    let deleted_before = ledger.operations.iter().any(|op| {
-                        op.method == "DeleteVolume"
-                            && op.deleted
-                            && op.volume_id.as_deref() == Some(req.volume_id.as_str())
-                    });
+                    let deleted_before = ledger.was_deleted(&req.volume_id);
                     let not_found = if deleted_before {
                         misbehaviour.delete_again_not_found
                     } else {
@@ -629,8 +638,8 @@ impl Driver {
             deleted = record.deleted,
             "DeleteVolume"
         );
-        ledger.operations.push(record);
-        self.persist(&ledger)?;
+        ledger.push_operation(record);
+        self.persist(&mut ledger)?;
         result
     }
 
@@ -648,8 +657,8 @@ impl Driver {
         record.code = status.code().into();
         record.message = status.message().to_string();
         record.injected = true;
-        ledger.operations.push(record);
-        if let Err(err) = self.persist(&ledger) {
+        ledger.push_operation(record);
+        if let Err(err) = self.persist(&mut ledger) {
             tracing::error!(%err, "cannot record an injected fault");
         }
     }
@@ -678,7 +687,7 @@ impl Driver {
         let mut ledger = self.ledger();
         let volume = ledger
             .volumes
-            .get_mut(&req.volume_id)
+            .get(&req.volume_id)
             .ok_or_else(|| Status::not_found(format!("volume {:?} not found", req.volume_id)))?;
         if req.node_id != self.config.node_id {
             return Err(Status::not_found(format!(
@@ -695,10 +704,10 @@ impl Driver {
             }
             Some(_) => {}
             None => {
-                volume
-                    .published_nodes
-                    .insert(req.node_id.clone(), req.readonly);
-                self.persist(&ledger)?;
+                ledger.update_volume(&req.volume_id, |v| {
+                    v.published_nodes.insert(req.node_id.clone(), req.readonly)
+                });
+                self.persist(&mut ledger)?;
             }
         }
         Ok(v1::ControllerPublishVolumeResponse {
@@ -715,18 +724,21 @@ impl Driver {
             return Err(Status::invalid_argument("volume_id is required"));
         }
         let mut ledger = self.ledger();
-        let changed = match ledger.volumes.get_mut(&req.volume_id) {
-            Some(volume) if req.node_id.is_empty() => {
-                let had = !volume.published_nodes.is_empty();
-                volume.published_nodes.clear();
-                had
-            }
-            Some(volume) => volume.published_nodes.remove(&req.node_id).is_some(),
+        let changed = match ledger.volumes.get(&req.volume_id) {
+            Some(volume) if req.node_id.is_empty() => !volume.published_nodes.is_empty(),
+            Some(volume) => volume.published_nodes.contains_key(&req.node_id),
             // Unknown volume: it is certainly not published anywhere.
             None => false,
         };
         if changed {
-            self.persist(&ledger)?;
+            ledger.update_volume(&req.volume_id, |volume| {
+                if req.node_id.is_empty() {
+                    volume.published_nodes.clear();
+                } else {
+                    volume.published_nodes.remove(&req.node_id);
+                }
+            });
+            self.persist(&mut ledger)?;
         }
         Ok(v1::ControllerUnpublishVolumeResponse {})
     }
@@ -866,15 +878,15 @@ impl Driver {
         }
         self.check_mutable_parameters(&req.mutable_parameters)?;
         let mut ledger = self.ledger();
-        let volume = ledger
-            .volumes
-            .get_mut(&req.volume_id)
-            .ok_or_else(|| Status::not_found(format!("volume {:?} not found", req.volume_id)))?;
         // Keys not named keep their values.
-        volume
-            .mutable_parameters
-            .extend(sorted(&req.mutable_parameters));
-        self.persist(&ledger)?;
+        ledger
+            .update_volume(&req.volume_id, |volume| {
+                volume
+                    .mutable_parameters
+                    .extend(sorted(&req.mutable_parameters))
+            })
+            .ok_or_else(|| Status::not_found(format!("volume {:?} not found", req.volume_id)))?;
+        self.persist(&mut ledger)?;
         Ok(v1::ControllerModifyVolumeResponse {})
     }
 
@@ -956,15 +968,15 @@ impl Driver {
             created = record.created,
             "CreateSnapshot"
         );
-        ledger.operations.push(record);
-        self.persist(&ledger)?;
+        ledger.push_operation(record);
+        self.persist(&mut ledger)?;
         result
     }
 
     /// The CreateSnapshot decision: the snapshot of that name, or a new one of the source
     /// volume as it is now. Returns the snapshot and whether this call took it.
     fn create_or_find_snapshot(
-        ledger: &mut Ledger,
+        ledger: &mut Book,
         req: &v1::CreateSnapshotRequest,
     ) -> Result<(SnapshotRecord, bool), Status> {
         if req.name.is_empty() {
@@ -982,26 +994,27 @@ impl Driver {
             }
             return Ok((existing.clone(), false));
         }
-        let source = ledger.volumes.get(&req.source_volume_id).ok_or_else(|| {
-            Status::not_found(format!(
-                "source volume {:?} not found",
-                req.source_volume_id
-            ))
-        })?;
-        let seq = ledger.next_snapshot_seq;
-        ledger.next_snapshot_seq += 1;
+        let size_bytes = ledger
+            .volumes
+            .get(&req.source_volume_id)
+            .ok_or_else(|| {
+                Status::not_found(format!(
+                    "source volume {:?} not found",
+                    req.source_volume_id
+                ))
+            })?
+            .capacity_bytes;
+        let seq = ledger.take_snapshot_seq();
         let snapshot = SnapshotRecord {
             snapshot_id: format!("snap-{seq:06}-{:08x}", rand::random::<u32>()),
             name: req.name.clone(),
             source_volume_id: req.source_volume_id.clone(),
-            size_bytes: source.capacity_bytes,
+            size_bytes,
             parameters: sorted(&req.parameters),
             secret_keys: secret_keys(&req.secrets),
             created_at_ms: now_ms(),
         };
-        ledger
-            .snapshots
-            .insert(snapshot.snapshot_id.clone(), snapshot.clone());
+        ledger.insert_snapshot(snapshot.clone());
         Ok((snapshot, true))
     }
 
@@ -1018,13 +1031,13 @@ impl Driver {
             OperationRecord::new("DeleteSnapshot", None, Some(req.snapshot_id.clone()));
         record.secret_keys = secret_keys(&req.secrets);
         // Deleting what does not exist is success: DeleteSnapshot is idempotent.
-        if let Some(snapshot) = ledger.snapshots.remove(&req.snapshot_id) {
+        if let Some(snapshot) = ledger.remove_snapshot(&req.snapshot_id) {
             record.name = Some(snapshot.name);
             record.deleted = true;
         }
         tracing::info!(snapshot_id = %req.snapshot_id, deleted = record.deleted, "DeleteSnapshot");
-        ledger.operations.push(record);
-        self.persist(&ledger)?;
+        ledger.push_operation(record);
+        self.persist(&mut ledger)?;
         Ok(v1::DeleteSnapshotResponse {})
     }
 

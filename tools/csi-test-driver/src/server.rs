@@ -14,12 +14,12 @@ use tokio_stream::wrappers::UnixListenerStream;
 use crate::args::Args;
 use crate::control::{Request, Response, Stats};
 use crate::driver::{CsiService, Driver, DriverConfig};
-use crate::ledger::Ledger;
+use crate::ledger::{Journal, compact, load_with_seq};
 
 /// Exit status of the `crash` command, as a shell reports a `kill -9`ed process.
 pub const CRASH_EXIT_CODE: i32 = 137;
 
-/// How often call counters (the only lazily written part of the ledger) are flushed.
+/// How often call counters (the only lazily journaled part of the ledger) are flushed.
 const COUNTS_FLUSH_INTERVAL: Duration = Duration::from_millis(200);
 
 /// Runs the driver until SIGTERM or SIGINT.
@@ -28,9 +28,11 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let endpoint = csi_proto::parse_csi_address(&args.endpoint)?;
     std::fs::create_dir_all(&args.state_dir)?;
 
-    let mut ledger = Ledger::load(&args.state_dir)?;
+    // A start folds the journal into the snapshot (O(N) once), then journals from there.
+    let (mut ledger, seq) = load_with_seq(&args.state_dir)?;
     ledger.starts += 1;
-    ledger.save(&args.state_dir)?;
+    compact(&ledger, seq, &args.state_dir)?;
+    let journal = Journal::open(&args.state_dir, seq)?;
     tracing::info!(
         volumes = ledger.volumes.len(),
         starts = ledger.starts,
@@ -52,6 +54,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             volume_id_with_name: args.volume_id_with_name,
         },
         ledger,
+        journal,
         args.seed,
     ));
 
@@ -185,14 +188,14 @@ fn handle(driver: &Driver, request: Request) -> Response {
             };
         }
         Request::Stats => {
-            let ledger = driver.ledger_snapshot();
+            let (calls, volumes) = driver.counts();
             return Response {
                 stats: Some(Stats {
-                    calls: ledger.calls,
+                    calls,
                     hung: driver.faults().hung(),
                     held: driver.faults().held(),
                     ready: driver.ready(),
-                    volumes: ledger.volumes.len(),
+                    volumes,
                 }),
                 ..Response::ok()
             };

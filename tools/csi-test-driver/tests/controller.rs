@@ -56,9 +56,12 @@ async fn create_with_the_same_name_returns_the_same_volume() {
         .collect();
     assert_eq!(created, vec![true, false, false]);
 
-    // Secret values never reach the ledger file.
-    let on_disk = std::fs::read_to_string(h.driver.state_dir.join("ledger.json")).unwrap();
-    assert!(!on_disk.contains("SENTINEL-SECRET-42"));
+    // Secret values never reach the ledger files (the snapshot or its journal).
+    for file in ["ledger.json", "ledger.log"] {
+        let on_disk = std::fs::read_to_string(h.driver.state_dir.join(file)).unwrap_or_default();
+        assert!(!on_disk.contains("SENTINEL-SECRET-42"), "{file}");
+    }
+    assert!(h.driver.state_dir.join("ledger.log").exists());
 }
 
 #[tokio::test]
