@@ -1,0 +1,113 @@
+//! What one run of the checker models: the mode, the freshness answer, the
+//! size (claims × replicas × faults), and the known-wrong variants that must
+//! fail.
+
+/// Who makes the intent durable (docs/compatibility.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// The sidecar's fenced intent write before every `CreateVolume`; the
+    /// sidecar releases the intent once the claim is bound.
+    Default,
+    /// `--admission-intent` with both policies: the intent is added in the
+    /// binder's hand-off update and removed in its bind update; a claim that
+    /// holds it is confirmed by the freshness answer given.
+    Policy(Check),
+}
+
+/// How policy mode confirms the cached copy of a claim that holds the intent
+/// (`kube::fresh`, `kube::clock`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Check {
+    /// One consistent read of the claim (`Fresh::Read`).
+    Read,
+    /// A version round: the API server's current version, then the claim
+    /// cache caught up with it, or a listing round if it does not in time.
+    VersionRound,
+    /// A listing round at once: the labelled claims, each with its version.
+    ListingRound,
+    /// The version of the first of this replica's PV creates after the check
+    /// began (shared revision space), else a version round.
+    WriteClock,
+    /// WRONG (upstream's): the cached copy is taken as the claim.
+    CacheAlone,
+}
+
+/// A change to the product's protocol that must be caught.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Variant {
+    /// The product as it is.
+    Product,
+    /// WRONG: the intent is dropped as soon as `CreateVolume` answers, before
+    /// the PV is saved.
+    ReleaseBeforeSave,
+}
+
+/// One configuration of the checker.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub name: &'static str,
+    pub mode: Mode,
+    pub variant: Variant,
+    /// Claims the user creates (and may delete), each once.
+    pub claims: usize,
+    /// Sidecar replicas contending for the Lease.
+    pub replicas: usize,
+    /// CSI calls whose answer may be lost (a timeout, before or after the
+    /// driver acted).
+    pub timeouts: u8,
+    /// Replica crashes (memory and caches lost, restart with a fresh list).
+    pub crashes: u8,
+    /// Ticks the clock may advance (each may expire a lease).
+    pub ticks: u8,
+    /// Steps the fair completion may take before a liveness failure is called.
+    pub settle_steps: usize,
+}
+
+impl Config {
+    /// The small configuration of `mode`, for `cargo test`: one claim, two
+    /// replicas, one lost answer, one crash, one lease expiry.
+    pub fn small(name: &'static str, mode: Mode) -> Config {
+        Config {
+            name,
+            mode,
+            variant: Variant::Product,
+            claims: 1,
+            replicas: 2,
+            timeouts: 1,
+            crashes: 1,
+            ticks: 1,
+            settle_steps: 400,
+        }
+    }
+
+    /// The deeper configuration of `mode`, for `make model-deep`: two claims
+    /// (so one replica's checks can take the other claim's PV create as its
+    /// write clock), two lost answers, two lease expiries.
+    pub fn deep(name: &'static str, mode: Mode) -> Config {
+        Config {
+            claims: 2,
+            timeouts: 1,
+            crashes: 1,
+            ticks: 2,
+            ..Config::small(name, mode)
+        }
+    }
+
+    pub fn with(mut self, variant: Variant) -> Config {
+        self.variant = variant;
+        self
+    }
+
+    pub fn policy(&self) -> bool {
+        matches!(self.mode, Mode::Policy(_))
+    }
+}
+
+/// Every mode and freshness answer the product has.
+pub const MODES: &[(&str, Mode)] = &[
+    ("default mode (fenced intent write)", Mode::Default),
+    ("policy mode, consistent read", Mode::Policy(Check::Read)),
+    ("policy mode, version round", Mode::Policy(Check::VersionRound)),
+    ("policy mode, listing round", Mode::Policy(Check::ListingRound)),
+    ("policy mode, write clock", Mode::Policy(Check::WriteClock)),
+];
