@@ -64,32 +64,48 @@ pub struct Config {
 }
 
 impl Config {
-    /// The small configuration of `mode`, for `cargo test`: one claim, two
-    /// replicas, one lost answer, one crash, one lease expiry.
-    pub fn small(name: &'static str, mode: Mode) -> Config {
+    /// One claim, two replicas, and either the faults or the takeover: the
+    /// small configurations `cargo test` checks for each mode.
+    fn one_claim(name: &'static str, mode: Mode) -> Config {
         Config {
             name,
             mode,
             variant: Variant::Product,
             claims: 1,
             replicas: 2,
-            timeouts: 1,
-            crashes: 1,
-            ticks: 1,
+            timeouts: 0,
+            crashes: 0,
+            ticks: 0,
             settle_steps: 400,
         }
     }
 
-    /// The deeper configuration of `mode`, for `make model-deep`: two claims
-    /// (so one replica's checks can take the other claim's PV create as its
-    /// write clock), two lost answers, two lease expiries.
-    pub fn deep(name: &'static str, mode: Mode) -> Config {
+    /// One lost answer and one crash (the Lease never expires: one leader).
+    pub fn faults(name: &'static str, mode: Mode) -> Config {
         Config {
-            claims: 2,
             timeouts: 1,
             crashes: 1,
-            ticks: 2,
-            ..Config::small(name, mode)
+            ..Config::one_claim(name, mode)
+        }
+    }
+
+    /// One lease expiry: the leader paused past it, the other replica taking
+    /// over with a cache of its own, the first resuming (no other fault).
+    pub fn takeover(name: &'static str, mode: Mode) -> Config {
+        Config {
+            ticks: 1,
+            ..Config::one_claim(name, mode)
+        }
+    }
+
+    /// All of it at once: a lost answer, a crash and a takeover
+    /// (`make model-deep`).
+    pub fn deep(name: &'static str, mode: Mode) -> Config {
+        Config {
+            timeouts: 1,
+            crashes: 1,
+            ticks: 1,
+            ..Config::one_claim(name, mode)
         }
     }
 
@@ -111,3 +127,28 @@ pub const MODES: &[(&str, Mode)] = &[
     ("policy mode, listing round", Mode::Policy(Check::ListingRound)),
     ("policy mode, write clock", Mode::Policy(Check::WriteClock)),
 ];
+
+/// The known-wrong variants, each with the counterexamples it must give (the
+/// checker stops once it has them).
+pub fn wrong_variants() -> Vec<(Config, stateright::HasDiscoveries)> {
+    use crate::properties::{NO_CREATE_FOR_GONE, NO_LEAK};
+    let cache_alone = Config {
+        timeouts: 1,
+        ..Config::takeover(
+            "WRONG: policy mode, the check on the cache alone (as upstream)",
+            Mode::Policy(Check::CacheAlone),
+        )
+    };
+    let early_release = Config::faults(
+        "WRONG: default mode, the intent released before the PV is saved",
+        Mode::Default,
+    )
+    .with(Variant::ReleaseBeforeSave);
+    let all = |names: &[&'static str]| {
+        stateright::HasDiscoveries::AllOf(names.iter().copied().collect())
+    };
+    vec![
+        (cache_alone, all(&[NO_CREATE_FOR_GONE, NO_LEAK])),
+        (early_release, all(&[NO_LEAK])),
+    ]
+}

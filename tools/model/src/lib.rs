@@ -18,6 +18,6 @@ pub mod state;
 pub mod trace;
 pub mod world;
 
-pub use config::{Check, Config, MODES, Mode, Variant};
+pub use config::{Check, Config, MODES, Mode, Variant, wrong_variants};
 pub use model::{Action, Protocol};
-pub use run::{Outcome, check};
+pub use run::{Outcome, check, check_until};

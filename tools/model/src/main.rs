@@ -1,37 +1,53 @@
-//! `model [--deep] [--threads N]`: checks every mode and freshness answer (the
-//! small configuration, or the deeper one), then the known-wrong variants,
-//! printing state counts, times and counterexamples. Exits non-zero if the
-//! product breaks a property or a wrong variant passes.
+//! `model [--deep] [--threads N] [--only TEXT]`: checks every mode and
+//! freshness answer (the small configurations, faults and takeover, or the
+//! deep one), then the known-wrong variants, printing state counts, times and
+//! counterexamples. Exits non-zero if the product breaks a property or a
+//! wrong variant passes.
 
-use model::{Check, Config, MODES, Mode, Variant, check};
+use model::{Config, MODES, Outcome, check, check_until};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
     let deep = args.iter().any(|a| a == "--deep");
-    let threads = args
-        .iter()
-        .position(|a| a == "--threads")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(1);
-    let size = if deep { Config::deep } else { Config::small };
+    let threads = value("--threads").and_then(|n| n.parse().ok()).unwrap_or(1);
+    // `--only TEXT`: the configurations whose name contains TEXT.
+    let only = value("--only").unwrap_or_default();
+    let sizes: &[fn(&'static str, model::Mode) -> Config] = if deep {
+        &[Config::deep]
+    } else {
+        &[Config::faults, Config::takeover]
+    };
     let mut failed = false;
-    for &(name, mode) in MODES {
-        let outcome = check(size(name, mode), threads);
-        println!("{}", outcome.report());
-        failed |= !outcome.broken.is_empty() || !outcome.unreached.is_empty();
+    for &(name, mode) in MODES.iter().filter(|(name, _)| name.contains(&only)) {
+        for size in sizes {
+            let cfg = size(name, mode);
+            let outcome = check(cfg.clone(), threads);
+            println!("{} [{}]", outcome.report(), describe(&cfg));
+            failed |= !outcome.broken.is_empty() || !outcome.unreached.is_empty();
+        }
     }
-    let wrong = [
-        size("WRONG: policy mode, the check on the cache alone (as upstream)", Mode::Policy(Check::CacheAlone)),
-        size("WRONG: default mode, the intent released before the PV is saved", Mode::Default)
-            .with(Variant::ReleaseBeforeSave),
-    ];
-    for cfg in wrong {
-        let outcome = check(cfg, threads);
-        println!("{}", outcome.report());
+    for (cfg, done) in model::wrong_variants() {
+        if !cfg.name.contains(&only) {
+            continue;
+        }
+        let outcome: Outcome = check_until(cfg.clone(), threads, done);
+        println!("{} [{}]", outcome.report(), describe(&cfg));
         failed |= outcome.broken.is_empty();
     }
     if failed {
         std::process::exit(1);
     }
+}
+
+fn describe(cfg: &Config) -> String {
+    format!(
+        "{} claim(s) x {} replicas, faults: {} lost answer(s), {} crash(es), {} lease expiry",
+        cfg.claims, cfg.replicas, cfg.timeouts, cfg.crashes, cfg.ticks
+    )
 }

@@ -182,10 +182,10 @@ impl Protocol {
 
     fn replica_actions(&self, s: &State, r: usize, out: &mut Vec<Action>) {
         let (rep, r8) = (&s.replicas[r], r as u8);
-        if rep.claims_seen < s.claim_feed.written() {
+        if rep.started && rep.claims_seen < s.claim_feed.written() {
             out.push(Action::ClaimEvent(r8));
         }
-        if rep.pvs_seen < s.pv_feed.written() {
+        if rep.started && rep.pvs_seen < s.pv_feed.written() {
             out.push(Action::PvEvent(r8));
         }
         if world::can_lead(s, r) {

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use stateright::{Checker, Expectation, Model};
+use stateright::{Checker, Expectation, HasDiscoveries, Model};
 
 use crate::config::Config;
 use crate::model::Protocol;
@@ -45,9 +45,23 @@ impl Outcome {
 
 /// Checks `cfg` to completion on `threads` threads.
 pub fn check(cfg: Config, threads: usize) -> Outcome {
+    check_until(cfg, threads, HasDiscoveries::All)
+}
+
+/// Checks `cfg` on `threads` threads until `done` (a wrong variant stops at
+/// the counterexamples it must give).
+pub fn check_until(cfg: Config, threads: usize, done: HasDiscoveries) -> Outcome {
     let name = cfg.name.to_string();
     let started = Instant::now();
-    let checker = Protocol::new(cfg).checker().threads(threads).spawn_bfs().join();
+    let mut builder = Protocol::new(cfg)
+        .checker()
+        .threads(threads)
+        .finish_when(done);
+    // For probing a configuration's size: stop after this many seconds.
+    if let Some(secs) = std::env::var("MODEL_TIMEOUT_SECS").ok().and_then(|s| s.parse().ok()) {
+        builder = builder.timeout(Duration::from_secs(secs));
+    }
+    let checker = builder.spawn_bfs().join();
     let took = started.elapsed();
     let model = checker.model();
     let mut broken = Vec::new();

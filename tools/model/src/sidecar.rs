@@ -14,7 +14,9 @@ const CONFIRM_ROUNDS: u8 = 3;
 /// What the product decides for claim `i` on replica `r`'s caches, if it acts.
 pub fn decision(s: &State, cfg: &Config, r: usize, i: usize) -> Option<Act> {
     let rep = &s.replicas[r];
-    if !rep.started || rep.tasks[i] != Task::Idle {
+    // A replica past its renew deadline exits (`LeaseError::Lost`) unless it
+    // renews first: it finishes the steps under way, it starts no new one.
+    if !s.gate_open(r) || rep.tasks[i] != Task::Idle {
         return None;
     }
     let claim = s
@@ -283,7 +285,7 @@ fn abandon(s: &State, r: usize, i: usize) -> Task {
 /// The volume path: a PV Released in the cache.
 pub fn vol_decision(s: &State, r: usize, i: usize) -> bool {
     let rep = &s.replicas[r];
-    rep.started
+    s.gate_open(r)
         && rep.vols[i] == VolTask::Idle
         && s.pv_cache(r, i).is_some_and(|p| p.phase == Phase::Released)
 }

@@ -266,8 +266,14 @@ impl State {
         self.pv_feed.events.push((self.rv, i as u8, pv));
     }
 
-    /// Folds what every cache has seen.
+    /// Folds what every cache has seen. A replica that is not running has no
+    /// cache to speak of: it lists when it starts, so it is kept at the end.
     pub fn compact(&mut self) {
+        let (claims, pvs) = (self.claim_feed.written(), self.pv_feed.written());
+        for rep in self.replicas.iter_mut().filter(|r| !r.started) {
+            rep.claims_seen = claims;
+            rep.pvs_seen = pvs;
+        }
         let claims = self.replicas.iter().map(|r| r.claims_seen).min();
         let pvs = self.replicas.iter().map(|r| r.pvs_seen).min();
         self.claim_feed.fold(claims.unwrap_or(0));

@@ -70,7 +70,10 @@ pub fn summary(s: &State) -> String {
         let calls: Vec<String> = s
             .calls
             .iter()
-            .map(|c| format!("r{} {:?} {}", c.replica, c.kind, c.claim))
+            .map(|c| match c.replica {
+                crate::world::NOBODY => format!("(orphaned) {:?} {}", c.kind, c.claim),
+                r => format!("r{r} {:?} {}", c.kind, c.claim),
+            })
             .collect();
         let _ = write!(out, " | calls in flight: {}", calls.join(", "));
     }

@@ -136,7 +136,7 @@ pub fn pv_event(s: &mut State, r: usize) -> bool {
 }
 
 /// Replica `r` takes or renews the Lease (expired, free, or its own). A
-/// replica that (re)starts lists its caches first.
+/// replica that (re)starts has listed its caches (`State::compact`).
 pub fn can_lead(s: &State, r: usize) -> bool {
     let free = match s.lease {
         None => true,
@@ -153,10 +153,6 @@ pub fn lead(s: &mut State, r: usize) -> bool {
     }
     let until = s.now + 1;
     s.lease = Some((r as u8, until));
-    if !s.replicas[r].started {
-        s.replicas[r].claims_seen = s.claim_feed.written();
-        s.replicas[r].pvs_seen = s.pv_feed.written();
-    }
     let rep = &mut s.replicas[r];
     rep.started = true;
     rep.until = until;
@@ -178,7 +174,7 @@ pub fn run_call(s: &mut State, k: usize, after_create: Task) {
         claim,
         kind,
     } = s.calls.remove(k);
-    let (r, i) = (usize::from(replica), usize::from(claim));
+    let i = usize::from(claim);
     let vol = &mut s.volumes[i];
     match kind {
         CallKind::Create | CallKind::Find => {
@@ -197,7 +193,9 @@ pub fn run_call(s: &mut State, k: usize, after_create: Task) {
             vol.exists = false;
         }
     }
-    answer(s, r, i, kind, after_create);
+    if replica != NOBODY {
+        answer(s, usize::from(replica), i, kind, after_create);
+    }
 }
 
 fn answer(s: &mut State, r: usize, i: usize, kind: CallKind, after_create: Task) {
@@ -226,21 +224,38 @@ fn answer(s: &mut State, r: usize, i: usize, kind: CallKind, after_create: Task)
 /// the attempt fails, the call may still run.
 pub fn time_out(s: &mut State, r: usize, i: usize) -> bool {
     let rep = &mut s.replicas[r];
-    if matches!(rep.tasks[i], Task::Creating | Task::Finding | Task::Deleting) {
-        rep.tasks[i] = Task::Idle;
-    } else if rep.vols[i] == VolTask::Deleting {
+    let kinds: &[CallKind] = match (rep.tasks[i], rep.vols[i]) {
+        (Task::Creating, _) => &[CallKind::Create],
+        (Task::Finding, _) => &[CallKind::Find],
+        (Task::Deleting, _) => &[CallKind::DeleteAbandoned],
+        (_, VolTask::Deleting) => &[CallKind::DeleteReleased],
+        _ => return false,
+    };
+    if kinds[0] == CallKind::DeleteReleased {
         rep.vols[i] = VolTask::Idle;
     } else {
-        return false;
+        rep.tasks[i] = Task::Idle;
     }
+    orphan(s, |c| usize::from(c.replica) == r && usize::from(c.claim) == i && kinds.contains(&c.kind));
     s.timeouts -= 1;
     true
 }
+
+/// Calls whose caller gave up (or died): they still run, nobody hears the answer.
+fn orphan(s: &mut State, which: impl Fn(&Call) -> bool) {
+    for call in s.calls.iter_mut().filter(|c| which(c)) {
+        call.replica = NOBODY;
+    }
+}
+
+/// The caller of an orphaned call.
+pub const NOBODY: u8 = u8::MAX;
 
 /// Replica `r` crashes: its memory, caches and attempts are lost; it
 /// restarts when it takes the Lease again.
 pub fn crash(s: &mut State, r: usize) {
     s.crashes -= 1;
+    orphan(s, |c| usize::from(c.replica) == r);
     let rep = &mut s.replicas[r];
     rep.started = false;
     rep.until = 0;
