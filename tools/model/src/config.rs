@@ -40,6 +40,10 @@ pub enum Variant {
     /// WRONG: the intent is dropped as soon as `CreateVolume` answers, before
     /// the PV is saved.
     ReleaseBeforeSave,
+    /// A proposed fix of the model's findings: the PV save passes the leader
+    /// gate too, as `CreateVolume` does (a replica paused past its lease saves
+    /// nothing when it resumes; the new leader saves it).
+    GatedSave,
 }
 
 /// One configuration of the checker.
@@ -123,8 +127,14 @@ impl Config {
 pub const MODES: &[(&str, Mode)] = &[
     ("default mode (fenced intent write)", Mode::Default),
     ("policy mode, consistent read", Mode::Policy(Check::Read)),
-    ("policy mode, version round", Mode::Policy(Check::VersionRound)),
-    ("policy mode, listing round", Mode::Policy(Check::ListingRound)),
+    (
+        "policy mode, version round",
+        Mode::Policy(Check::VersionRound),
+    ),
+    (
+        "policy mode, listing round",
+        Mode::Policy(Check::ListingRound),
+    ),
     ("policy mode, write clock", Mode::Policy(Check::WriteClock)),
 ];
 
@@ -144,9 +154,8 @@ pub fn wrong_variants() -> Vec<(Config, stateright::HasDiscoveries)> {
         Mode::Default,
     )
     .with(Variant::ReleaseBeforeSave);
-    let all = |names: &[&'static str]| {
-        stateright::HasDiscoveries::AllOf(names.iter().copied().collect())
-    };
+    let all =
+        |names: &[&'static str]| stateright::HasDiscoveries::AllOf(names.iter().copied().collect());
     vec![
         (cache_alone, all(&[NO_CREATE_FOR_GONE, NO_LEAK])),
         (early_release, all(&[NO_LEAK])),

@@ -32,6 +32,14 @@ fn main() {
             failed |= !outcome.broken.is_empty() || !outcome.unreached.is_empty();
         }
     }
+    // The proposed fix of the findings (docs/reliability.md), under the takeover.
+    if args.iter().any(|a| a == "--gated-save") {
+        for &(name, mode) in MODES.iter().filter(|(name, _)| name.contains(&only)) {
+            let cfg = Config::takeover(name, mode).with(model::Variant::GatedSave);
+            let outcome = check(cfg.clone(), threads);
+            println!("GATED SAVE: {} [{}]", outcome.report(), describe(&cfg));
+        }
+    }
     for (cfg, done) in model::wrong_variants() {
         if !cfg.name.contains(&only) {
             continue;

@@ -205,8 +205,10 @@ impl Protocol {
             if matches!(rep.vols[i], VolTask::Confirm | VolTask::DeletePv) {
                 out.push(Action::VolStep(r8, c));
             }
-            let waits = matches!(rep.tasks[i], Task::Creating | Task::Finding | Task::Deleting)
-                || rep.vols[i] == VolTask::Deleting;
+            let waits = matches!(
+                rep.tasks[i],
+                Task::Creating | Task::Finding | Task::Deleting
+            ) || rep.vols[i] == VolTask::Deleting;
             if waits && s.timeouts > 0 {
                 out.push(Action::Timeout(r8, c));
             }
@@ -246,7 +248,9 @@ impl Protocol {
             Action::Run(k) => world::run_call(s, k.into(), sidecar::after_create(cfg)),
             Action::Decide(r, i, act) => sidecar::begin(s, r.into(), i.into(), act),
             Action::Step(r, i) => sidecar::step(s, cfg, r.into(), i.into()),
-            Action::VolDecide(r, i) => s.replicas[usize::from(r)].vols[usize::from(i)] = VolTask::Confirm,
+            Action::VolDecide(r, i) => {
+                s.replicas[usize::from(r)].vols[usize::from(i)] = VolTask::Confirm
+            }
             Action::VolStep(r, i) => sidecar::vol_step(s, r.into(), i.into()),
             Action::Timeout(r, i) => {
                 world::time_out(s, r.into(), i.into());

@@ -43,7 +43,10 @@ static OPTIONS: LazyLock<ProvisionOptions> = LazyLock::new(ProvisionOptions::def
 pub fn pvc(i: usize, c: &Claim, policy: bool) -> PersistentVolumeClaim {
     let mut annotations = BTreeMap::new();
     if c.handed {
-        annotations.insert(keys::ANN_STORAGE_PROVISIONER.to_string(), DRIVER.to_string());
+        annotations.insert(
+            keys::ANN_STORAGE_PROVISIONER.to_string(),
+            DRIVER.to_string(),
+        );
     }
     if c.handle {
         annotations.insert(keys::ANN_ABANDONED_HANDLE.to_string(), format!("vol-{i}"));
@@ -86,7 +89,13 @@ pub enum Act {
 /// The product's decision on claim `i` as a replica's cache shows it, with
 /// its PV cache and its memory; `None` for anything that does not act
 /// (forget, wait, requeue, refuse).
-pub fn decision(i: usize, claim: &Claim, pv: Option<Pv>, memory: Memory, policy: bool) -> Option<Act> {
+pub fn decision(
+    i: usize,
+    claim: &Claim,
+    pv: Option<Pv>,
+    memory: Memory,
+    policy: bool,
+) -> Option<Act> {
     let obj = pvc(i, claim, policy);
     let (decision, _attempt) = decide(&Facts {
         claim: ClaimView(&obj),

@@ -32,8 +32,12 @@ pub const LIVE: &str = "every claim that stays gets its PV and loses the intent 
 
 pub fn all() -> Vec<Property<Protocol>> {
     vec![
-        Property::always(ONE_VOLUME, |_, s: &State| s.volumes.iter().all(|v| v.made <= 1)),
-        Property::always(NO_BOUND_DELETE, |_, s: &State| s.broken & DELETED_BOUND_VOLUME == 0),
+        Property::always(ONE_VOLUME, |_, s: &State| {
+            s.volumes.iter().all(|v| v.made <= 1)
+        }),
+        Property::always(NO_BOUND_DELETE, |_, s: &State| {
+            s.broken & DELETED_BOUND_VOLUME == 0
+        }),
         Property::always(NO_CREATE_FOR_GONE, |_, s: &State| {
             s.broken & CREATED_FOR_GONE_CLAIM == 0
         }),
@@ -43,19 +47,25 @@ pub fn all() -> Vec<Property<Protocol>> {
         Property::sometimes("a claim gets its PV", |_, s: &State| {
             s.claims.iter().flatten().any(|c| c.bound && !c.intent)
         }),
-        Property::sometimes("a claim deleted mid-provisioning is cleaned up", |_, s: &State| {
-            (0..s.user.len()).any(|i| {
-                s.user[i] == User::Deleted
-                    && s.volumes[i].made == 1
-                    && !s.volumes[i].exists
-                    && s.pvs[i].is_none()
-                    && s.claims[i].is_none()
-            })
-        }),
+        Property::sometimes(
+            "a claim deleted mid-provisioning is cleaned up",
+            |_, s: &State| {
+                (0..s.user.len()).any(|i| {
+                    s.user[i] == User::Deleted
+                        && s.volumes[i].made == 1
+                        && !s.volumes[i].exists
+                        && s.pvs[i].is_none()
+                        && s.claims[i].is_none()
+                })
+            },
+        ),
         // (Only where a lease may expire.)
-        Property::sometimes("a replica takes over from another", |m: &Protocol, s: &State| {
-            m.cfg.ticks == 0 || s.replicas.iter().filter(|r| r.started).count() > 1
-        }),
+        Property::sometimes(
+            "a replica takes over from another",
+            |m: &Protocol, s: &State| {
+                m.cfg.ticks == 0 || s.replicas.iter().filter(|r| r.started).count() > 1
+            },
+        ),
     ]
 }
 

@@ -58,7 +58,10 @@ pub fn check_until(cfg: Config, threads: usize, done: HasDiscoveries) -> Outcome
         .threads(threads)
         .finish_when(done);
     // For probing a configuration's size: stop after this many seconds.
-    if let Some(secs) = std::env::var("MODEL_TIMEOUT_SECS").ok().and_then(|s| s.parse().ok()) {
+    if let Some(secs) = std::env::var("MODEL_TIMEOUT_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
         builder = builder.timeout(Duration::from_secs(secs));
     }
     let checker = builder.spawn_bfs().join();

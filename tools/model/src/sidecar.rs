@@ -67,6 +67,7 @@ pub fn step(s: &mut State, cfg: &Config, r: usize, i: usize) {
             drop_intent(s, i);
             Task::Save
         }
+        Task::Save if cfg.variant == Variant::GatedSave && !s.gate_open(r) => Task::Idle,
         Task::Save => save(s, r, i),
         Task::Abandon => abandon(s, r, i),
         Task::Find => gate(s, r, i, CallKind::Find, Task::Finding, Task::Record),
@@ -146,7 +147,13 @@ fn record(s: &mut State, i: usize, copy: Claim) -> Confirmed {
                 return Confirmed::Gone;
             }
             if !now.intent {
-                s.write_claim(i, Some(Claim { intent: true, ..now }));
+                s.write_claim(
+                    i,
+                    Some(Claim {
+                        intent: true,
+                        ..now
+                    }),
+                );
             }
             Confirmed::Current
         }
@@ -166,7 +173,15 @@ fn read(s: &State, i: usize, copy: Claim) -> Confirmed {
 
 /// The cache caught up with `version` (`Fresh::Caught`, `intent::as_cached`),
 /// or it did not in time: a listing round.
-fn catch_up(s: &State, cfg: &Config, r: usize, i: usize, copy: Claim, round: u8, version: u8) -> Task {
+fn catch_up(
+    s: &State,
+    cfg: &Config,
+    r: usize,
+    i: usize,
+    copy: Claim,
+    round: u8,
+    version: u8,
+) -> Task {
     if !s.claim_feed.caught_up(s.replicas[r].claims_seen, version) {
         return Task::Listing { copy, round };
     }
@@ -224,7 +239,7 @@ fn gate_delete(s: &mut State, r: usize, i: usize) -> Task {
 /// The task a create's answer leads to.
 pub fn after_create(cfg: &Config) -> Task {
     match cfg.variant {
-        Variant::Product => Task::Save,
+        Variant::Product | Variant::GatedSave => Task::Save,
         Variant::ReleaseBeforeSave => Task::EarlyRelease,
     }
 }
@@ -250,13 +265,7 @@ fn save(s: &mut State, r: usize, i: usize) -> Task {
 /// goes with its last finalizer.
 fn drop_intent(s: &mut State, i: usize) {
     if let Some(c) = s.claims[i].filter(|c| c.intent) {
-        s.write_claim(
-            i,
-            Some(Claim {
-                intent: false,
-                ..c
-            }),
-        );
+        s.write_claim(i, Some(Claim { intent: false, ..c }));
     }
 }
 

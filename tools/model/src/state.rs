@@ -77,9 +77,7 @@ impl<T: Copy> Feed<T> {
     /// version up to `version` (what a bookmark tells the product).
     pub fn caught_up(&self, seen: u8, version: u8) -> bool {
         let upto = usize::from(seen - self.folded);
-        self.events
-            .get(upto)
-            .is_none_or(|(rv, _, _)| *rv > version)
+        self.events.get(upto).is_none_or(|(rv, _, _)| *rv > version)
     }
 
     /// Folds the events every cache has seen into the base, so that states
@@ -102,14 +100,28 @@ pub enum Task {
     /// Confirm the copy decided on: the fenced intent write, or in policy
     /// mode (the copy holds the intent) the freshness answer. `round` counts
     /// the copies re-read within one attempt (`CONFIRM_ROUNDS`).
-    Confirm { copy: Claim, round: u8 },
+    Confirm {
+        copy: Claim,
+        round: u8,
+    },
     /// A version round or the write clock gave `version`: wait for the claim
     /// cache to catch up with it (or time out into a listing round).
-    CatchUp { copy: Claim, round: u8, version: u8 },
+    CatchUp {
+        copy: Claim,
+        round: u8,
+        version: u8,
+    },
     /// Waiting for the first own PV create after `since` (the write clock).
-    Clock { copy: Claim, round: u8, since: u8 },
+    Clock {
+        copy: Claim,
+        round: u8,
+        since: u8,
+    },
     /// A listing round.
-    Listing { copy: Claim, round: u8 },
+    Listing {
+        copy: Claim,
+        round: u8,
+    },
     /// Confirmed: the leader gate, then `CreateVolume` (unless this process
     /// has the answer already).
     Gate,

@@ -100,7 +100,10 @@ fn step_taken(before: &State, after: &State, action: Action) -> String {
         }
         Action::Run(k) => {
             let call = before.calls[usize::from(k)];
-            format!(" [{:?} for claim {} from r{}]", call.kind, call.claim, call.replica)
+            format!(
+                " [{:?} for claim {} from r{}]",
+                call.kind, call.claim, call.replica
+            )
         }
         _ => String::new(),
     }
@@ -143,13 +146,22 @@ pub fn path(model: &Protocol, path: &Path<State, Action>) -> String {
 /// end: where it ends up, and its last steps.
 pub fn completion(model: &Protocol, path: &Path<State, Action>) -> String {
     let (steps, end) = model.complete(path.last_state());
-    let mut out = format!("  then the fair completion ({} steps) ends at:\n        {}\n", steps.len(), summary(&end));
+    let mut out = format!(
+        "  then the fair completion ({} steps) ends at:\n        {}\n",
+        steps.len(),
+        summary(&end)
+    );
     let shown: Vec<String> = steps
         .iter()
         .filter(|(_, a)| !matches!(a, Action::ClaimEvent(_) | Action::PvEvent(_)))
         .map(|(_, a)| a.to_string())
         .collect();
     let tail = shown.len().saturating_sub(12);
-    let _ = writeln!(out, "  its acts (last {}): {}", shown.len() - tail, shown[tail..].join("; "));
+    let _ = writeln!(
+        out,
+        "  its acts (last {}): {}",
+        shown.len() - tail,
+        shown[tail..].join("; ")
+    );
     out
 }

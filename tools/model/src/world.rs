@@ -3,7 +3,10 @@
 //! feeds, the Lease and the clock, the CSI driver, and the faults.
 
 use crate::config::Config;
-use crate::state::{Call, CallKind, Claim, DELETED_BOUND_VOLUME, Memory, Phase, Pv, State, Task, User, VolTask, CREATED_FOR_GONE_CLAIM};
+use crate::state::{
+    CREATED_FOR_GONE_CLAIM, Call, CallKind, Claim, DELETED_BOUND_VOLUME, Memory, Phase, Pv, State,
+    Task, User, VolTask,
+};
 
 /// The user creates claim `i` (not yet handed to any provisioner).
 pub fn user_creates(s: &mut State, i: usize) {
@@ -236,7 +239,9 @@ pub fn time_out(s: &mut State, r: usize, i: usize) -> bool {
     } else {
         rep.tasks[i] = Task::Idle;
     }
-    orphan(s, |c| usize::from(c.replica) == r && usize::from(c.claim) == i && kinds.contains(&c.kind));
+    orphan(s, |c| {
+        usize::from(c.replica) == r && usize::from(c.claim) == i && kinds.contains(&c.kind)
+    });
     s.timeouts -= 1;
     true
 }
