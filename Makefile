@@ -1,7 +1,7 @@
 # The two commands of the set-up promise:
 #   make demo   the sidecar doing its job against a local control plane
 #   make test   every test (builds the test bed on first use, then cached)
-.PHONY: test demo testbed build lint chaos bench bench-quick image
+.PHONY: test demo testbed build lint chaos bench bench-quick image model model-deep
 
 testbed:
 	@bash testbed/build.sh
@@ -63,3 +63,14 @@ bench-quick:
 #   make chaos PROFILE=release SEED=1      (our sidecar from an optimized build, as shipped)
 chaos:
 	@CLAIMS=$(CLAIMS) DURATION=$(DURATION) RATE=$(RATE) SEED=$(SEED) SIDECAR=$(SIDECAR) SCENARIO=$(SCENARIO) RESTORES=$(RESTORES) CLONES=$(CLONES) NODES=$(NODES) NODE_DEPLOYMENT=$(NODE_DEPLOYMENT) POLICIES=$(POLICIES) SWEEP=$(SWEEP) PROFILE=$(PROFILE) bash scripts/chaos.sh
+
+# The provisioning protocol, model-checked (tools/model, issue 39): every mode and freshness
+# answer, then the known-wrong variants, each with its state count, time and any counterexample
+# (docs/reliability.md, "The protocol, model-checked"). `make test` runs the small configuration
+# (cargo test -p model); `make model-deep` the deeper one (two claims), on THREADS threads. The
+# dev profile, which builds the model crate optimised: no release build of the product needed.
+model:
+	cargo run -p model -- --threads $(or $(THREADS),1)
+
+model-deep:
+	cargo run -p model -- --deep --threads $(or $(THREADS),2)

@@ -1,0 +1,261 @@
+//! The model: every step any actor may take next, and what it does.
+
+use std::fmt;
+
+use stateright::{Model, Property};
+
+use crate::config::Config;
+use crate::product::Act;
+use crate::properties;
+use crate::state::{Feed, Memory, Replica, State, Task, User, VolTask, Volume};
+use crate::{sidecar, world};
+
+/// The protocol under one configuration.
+pub struct Protocol {
+    pub cfg: Config,
+    /// Fair completions already run, by state (see `properties`).
+    pub(crate) settled: properties::Settled,
+}
+
+impl Protocol {
+    pub fn new(cfg: Config) -> Protocol {
+        Protocol {
+            cfg,
+            settled: Default::default(),
+        }
+    }
+}
+
+/// One step of one actor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    UserCreates(u8),
+    UserDeletes(u8),
+    HandOff(u8),
+    Bind(u8),
+    Release(u8),
+    /// A replica's claim cache replays the next write.
+    ClaimEvent(u8),
+    PvEvent(u8),
+    Lead(u8),
+    Tick,
+    /// The driver runs the call at this index of the calls in flight.
+    Run(u8),
+    /// (replica, claim): the product decides, and acts.
+    Decide(u8, u8, Act),
+    /// (replica, claim): the next step of the act under way.
+    Step(u8, u8),
+    VolDecide(u8, u8),
+    VolStep(u8, u8),
+    /// Fault: a CSI call's answer is lost (replica, claim).
+    Timeout(u8, u8),
+    /// Fault: a replica crashes.
+    Crash(u8),
+}
+
+impl Action {
+    /// Whether it is a fault, a user's choice or the clock: steps a fair
+    /// completion leaves out.
+    pub fn is_choice(&self) -> bool {
+        matches!(
+            self,
+            Action::UserCreates(_)
+                | Action::UserDeletes(_)
+                | Action::Tick
+                | Action::Lead(_)
+                | Action::Timeout(..)
+                | Action::Crash(_)
+        )
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Action::UserCreates(i) => write!(f, "user creates claim {i}"),
+            Action::UserDeletes(i) => write!(f, "user deletes claim {i}"),
+            Action::HandOff(i) => write!(f, "binder hands claim {i} to the driver"),
+            Action::Bind(i) => write!(f, "binder binds claim {i} to its PV"),
+            Action::Release(i) => write!(f, "binder marks PV {i} Released"),
+            Action::ClaimEvent(r) => write!(f, "replica {r}'s claim cache replays a write"),
+            Action::PvEvent(r) => write!(f, "replica {r}'s PV cache replays a write"),
+            Action::Lead(r) => write!(f, "replica {r} takes or renews the Lease"),
+            Action::Tick => write!(f, "the clock advances (a lease may expire)"),
+            Action::Run(k) => write!(f, "the driver runs call #{k} in flight"),
+            Action::Decide(r, i, act) => write!(f, "replica {r} decides on claim {i}: {act:?}"),
+            Action::Step(r, i) => write!(f, "replica {r}, claim {i}: next step"),
+            Action::VolDecide(r, i) => write!(f, "replica {r} decides: PV {i} Released, delete it"),
+            Action::VolStep(r, i) => write!(f, "replica {r}, PV {i}: next step"),
+            Action::Timeout(r, i) => write!(f, "FAULT: replica {r}'s call for claim {i} times out"),
+            Action::Crash(r) => write!(f, "FAULT: replica {r} crashes"),
+        }
+    }
+}
+
+impl Model for Protocol {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        let (n, cfg) = (self.cfg.claims, &self.cfg);
+        let replica = Replica {
+            started: false,
+            until: 0,
+            claims_seen: 0,
+            pvs_seen: 0,
+            tasks: vec![Task::Idle; n],
+            vols: vec![VolTask::Idle; n],
+            memory: vec![Memory::default(); n],
+            clock: 0,
+        };
+        vec![State {
+            now: 0,
+            rv: 0,
+            claims: vec![None; n],
+            pvs: vec![None; n],
+            claim_feed: Feed::new(n),
+            pv_feed: Feed::new(n),
+            lease: None,
+            replicas: vec![replica; cfg.replicas],
+            volumes: vec![Volume::default(); n],
+            calls: Vec::new(),
+            user: vec![User::NotYet; n],
+            timeouts: cfg.timeouts,
+            crashes: cfg.crashes,
+            ticks: cfg.ticks,
+            broken: 0,
+        }]
+    }
+
+    fn actions(&self, s: &State, out: &mut Vec<Action>) {
+        self.world_actions(s, out);
+        for r in 0..s.replicas.len() {
+            self.replica_actions(s, r, out);
+        }
+    }
+
+    fn next_state(&self, s: &State, action: Action) -> Option<State> {
+        let mut s = s.clone();
+        self.apply(&mut s, action);
+        s.compact();
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        properties::all()
+    }
+
+    fn format_step(&self, last: &State, action: Action) -> Option<String> {
+        self.next_state(last, action)
+            .map(|next| crate::trace::summary(&next))
+    }
+}
+
+impl Protocol {
+    fn world_actions(&self, s: &State, out: &mut Vec<Action>) {
+        for (i, user) in s.user.iter().enumerate() {
+            let c = i as u8;
+            match user {
+                User::NotYet => out.push(Action::UserCreates(c)),
+                User::Created => out.push(Action::UserDeletes(c)),
+                User::Deleted => {}
+            }
+            if world::can_hand_off(s, i) {
+                out.push(Action::HandOff(c));
+            }
+            if world::can_bind(s, i) {
+                out.push(Action::Bind(c));
+            }
+            if world::can_release(s, i) {
+                out.push(Action::Release(c));
+            }
+        }
+        for k in 0..s.calls.len() {
+            if world::runnable(s, k) {
+                out.push(Action::Run(k as u8));
+            }
+        }
+        if s.ticks > 0 {
+            out.push(Action::Tick);
+        }
+    }
+
+    fn replica_actions(&self, s: &State, r: usize, out: &mut Vec<Action>) {
+        let (rep, r8) = (&s.replicas[r], r as u8);
+        if rep.started && rep.claims_seen < s.claim_feed.written() {
+            out.push(Action::ClaimEvent(r8));
+        }
+        if rep.started && rep.pvs_seen < s.pv_feed.written() {
+            out.push(Action::PvEvent(r8));
+        }
+        if world::can_lead(s, r) {
+            out.push(Action::Lead(r8));
+        }
+        for i in 0..s.claims.len() {
+            let c = i as u8;
+            if let Some(act) = sidecar::decision(s, &self.cfg, r, i) {
+                out.push(Action::Decide(r8, c, act));
+            }
+            if sidecar::steps(rep.tasks[i]) {
+                out.push(Action::Step(r8, c));
+            }
+            if sidecar::vol_decision(s, r, i) {
+                out.push(Action::VolDecide(r8, c));
+            }
+            if matches!(rep.vols[i], VolTask::Confirm | VolTask::DeletePv) {
+                out.push(Action::VolStep(r8, c));
+            }
+            let waits = matches!(
+                rep.tasks[i],
+                Task::Creating | Task::Finding | Task::Deleting
+            ) || rep.vols[i] == VolTask::Deleting;
+            if waits && s.timeouts > 0 {
+                out.push(Action::Timeout(r8, c));
+            }
+        }
+        if s.crashes > 0 && rep.started {
+            out.push(Action::Crash(r8));
+        }
+    }
+
+    pub(crate) fn apply(&self, s: &mut State, action: Action) {
+        let cfg = &self.cfg;
+        match action {
+            Action::UserCreates(i) => world::user_creates(s, i.into()),
+            Action::UserDeletes(i) => world::user_deletes(s, i.into()),
+            Action::HandOff(i) => {
+                world::hand_off(s, cfg, i.into());
+            }
+            Action::Bind(i) => {
+                world::bind(s, cfg, i.into());
+            }
+            Action::Release(i) => {
+                world::release(s, i.into());
+            }
+            Action::ClaimEvent(r) => {
+                world::claim_event(s, r.into());
+            }
+            Action::PvEvent(r) => {
+                world::pv_event(s, r.into());
+            }
+            Action::Lead(r) => {
+                world::lead(s, r.into());
+            }
+            Action::Tick => {
+                s.now += 1;
+                s.ticks = s.ticks.saturating_sub(1);
+            }
+            Action::Run(k) => world::run_call(s, k.into(), sidecar::after_create(cfg)),
+            Action::Decide(r, i, act) => sidecar::begin(s, r.into(), i.into(), act),
+            Action::Step(r, i) => sidecar::step(s, cfg, r.into(), i.into()),
+            Action::VolDecide(r, i) => {
+                s.replicas[usize::from(r)].vols[usize::from(i)] = VolTask::Confirm
+            }
+            Action::VolStep(r, i) => sidecar::vol_step(s, r.into(), i.into()),
+            Action::Timeout(r, i) => {
+                world::time_out(s, r.into(), i.into());
+            }
+            Action::Crash(r) => world::crash(s, r.into()),
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! The invariants (DESIGN §2), as properties of every reachable state.
+//!
+//! Safety is checked on each state, or at the moment of the act that would
+//! break it (`State::broken`). The two properties about the end — no volume
+//! left once its claim is deleted, every claim that stays gets its PV — are
+//! checked by a *fair completion* from every reachable state: from there on
+//! no fault happens and the user does nothing more (faults are finite), one
+//! replica holds the Lease (the clock advances only when nobody does, so a
+//! lease expires and another replica takes over), and every other enabled
+//! step — the driver, the binder, each cache, each replica's decisions and
+//! acts — is taken in turn (weak fairness: a round-robin schedule). A state
+//! from which that schedule does not reach the goal within
+//! `Config::settle_steps` is a counterexample. (This shows the protocol never
+//! gets stuck and never leaks whatever happened before; it follows one fair
+//! schedule, not every one.)
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Mutex;
+
+use stateright::{Model, Property};
+
+use crate::model::{Action, Protocol};
+use crate::state::{CREATED_FOR_GONE_CLAIM, DELETED_BOUND_VOLUME, Phase, State, User};
+use crate::world;
+
+pub const ONE_VOLUME: &str = "at most one backend volume per claim";
+pub const NO_BOUND_DELETE: &str = "no volume deleted while a PV naming it is bound";
+pub const NO_CREATE_FOR_GONE: &str = "no CreateVolume for a claim the API server no longer has";
+pub const NO_LEAK: &str = "no volume, PV or claim left once the claim is deleted (fair completion)";
+pub const LIVE: &str = "every claim that stays gets its PV and loses the intent (fair completion)";
+
+pub fn all() -> Vec<Property<Protocol>> {
+    vec![
+        Property::always(ONE_VOLUME, |_, s: &State| {
+            s.volumes.iter().all(|v| v.made <= 1)
+        }),
+        Property::always(NO_BOUND_DELETE, |_, s: &State| {
+            s.broken & DELETED_BOUND_VOLUME == 0
+        }),
+        Property::always(NO_CREATE_FOR_GONE, |_, s: &State| {
+            s.broken & CREATED_FOR_GONE_CLAIM == 0
+        }),
+        Property::always(NO_LEAK, |m: &Protocol, s: &State| m.verdict(s).clean),
+        Property::always(LIVE, |m: &Protocol, s: &State| m.verdict(s).live),
+        // Not vacuous: each of these is reached.
+        Property::sometimes("a claim gets its PV", |_, s: &State| {
+            s.claims.iter().flatten().any(|c| c.bound && !c.intent)
+        }),
+        Property::sometimes(
+            "a claim deleted mid-provisioning is cleaned up",
+            |_, s: &State| {
+                (0..s.user.len()).any(|i| {
+                    s.user[i] == User::Deleted
+                        && s.volumes[i].made == 1
+                        && !s.volumes[i].exists
+                        && s.pvs[i].is_none()
+                        && s.claims[i].is_none()
+                })
+            },
+        ),
+        // (Only where a lease may expire.)
+        Property::sometimes(
+            "a replica takes over from another",
+            |m: &Protocol, s: &State| {
+                m.cfg.ticks == 0 || s.replicas.iter().filter(|r| r.started).count() > 1
+            },
+        ),
+    ]
+}
+
+/// Where a fair completion from a state ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// Every deleted claim is gone, with its PV and its backend volume.
+    pub clean: bool,
+    /// Every claim that stays is bound, its PV Bound, its intent released.
+    pub live: bool,
+}
+
+impl Verdict {
+    fn of(s: &State) -> Verdict {
+        let mut v = Verdict {
+            clean: true,
+            live: true,
+        };
+        for i in 0..s.user.len() {
+            match s.user[i] {
+                User::NotYet => {}
+                User::Created => {
+                    v.live &= s.claims[i].is_some_and(|c| c.bound && !c.intent)
+                        && s.pvs[i].is_some_and(|p| p.phase == Phase::Bound);
+                }
+                User::Deleted => {
+                    v.clean &= s.claims[i].is_none() && s.pvs[i].is_none() && !s.volumes[i].exists;
+                }
+            }
+        }
+        v
+    }
+
+    fn reached(self) -> bool {
+        self.clean && self.live
+    }
+}
+
+/// Fair completions already run: a state's verdict by its hash.
+pub type Settled = Mutex<HashMap<u64, Verdict>>;
+
+fn key(s: &State) -> u64 {
+    let mut h = DefaultHasher::new();
+    s.hash(&mut h);
+    h.finish()
+}
+
+impl Protocol {
+    /// The verdict of the fair completion from `s` (memoised: a completion
+    /// that reaches the goal gives it to every state it passed).
+    pub fn verdict(&self, s: &State) -> Verdict {
+        if let Some(v) = self.settled.lock().expect("poisoned").get(&key(s)) {
+            return *v;
+        }
+        let (path, end) = self.complete(s);
+        let verdict = Verdict::of(&end);
+        let mut memo = self.settled.lock().expect("poisoned");
+        if verdict.reached() {
+            memo.extend(path.iter().map(|(state, _)| (key(state), verdict)));
+        }
+        memo.insert(key(s), verdict);
+        verdict
+    }
+
+    /// The fair completion from `s`: the states it passed with the step
+    /// taken from each, and where it ended.
+    pub fn complete(&self, s: &State) -> (Vec<(State, Action)>, State) {
+        let mut s = s.clone();
+        let mut path = Vec::new();
+        let mut turn = 0usize;
+        for _ in 0..self.cfg.settle_steps {
+            if Verdict::of(&s).reached() {
+                break;
+            }
+            let Some(action) = self.fair_next(&s, &mut turn) else {
+                break;
+            };
+            let mut next = s.clone();
+            self.apply(&mut next, action);
+            next.compact();
+            path.push((std::mem::replace(&mut s, next), action));
+        }
+        (path, s)
+    }
+
+    /// The next step of the fair schedule: a leader first (taking the Lease,
+    /// or letting the clock expire it), then every other step in turn.
+    fn fair_next(&self, s: &State, turn: &mut usize) -> Option<Action> {
+        let replicas = 0..s.replicas.len();
+        if !replicas.clone().any(|r| s.gate_open(r)) {
+            return Some(match replicas.clone().find(|&r| world::can_lead(s, r)) {
+                Some(r) => Action::Lead(r as u8),
+                None => Action::Tick,
+            });
+        }
+        let mut all = Vec::new();
+        self.actions(s, &mut all);
+        let steps: Vec<Action> = all.into_iter().filter(|a| !a.is_choice()).collect();
+        if steps.is_empty() {
+            return None;
+        }
+        *turn += 1;
+        Some(steps[*turn % steps.len()])
+    }
+}

@@ -1,0 +1,326 @@
+//! A replica's steps: the product's decision on its cached claim, then the
+//! acts in between decisions one step at a time, as `controller::claim`
+//! carries them out (create.rs, intent.rs with kube/fresh.rs and
+//! kube/clock.rs, abandon.rs), and the volume path. Each step reads or writes
+//! the API server once, or sends one CSI call.
+
+use crate::config::{Check, Config, Mode, Variant};
+use crate::product::{self, Act};
+use crate::state::{Call, CallKind, Claim, Phase, Pv, State, Task, VolTask};
+
+/// `CONFIRM_ROUNDS` of create.rs: copies re-read within one attempt.
+const CONFIRM_ROUNDS: u8 = 3;
+
+/// What the product decides for claim `i` on replica `r`'s caches, if it acts.
+pub fn decision(s: &State, cfg: &Config, r: usize, i: usize) -> Option<Act> {
+    let rep = &s.replicas[r];
+    // A replica past its renew deadline exits (`LeaseError::Lost`) unless it
+    // renews first: it finishes the steps under way, it starts no new one.
+    if !s.gate_open(r) || rep.tasks[i] != Task::Idle {
+        return None;
+    }
+    let claim = s
+        .claim_cache(r, i)
+        .filter(|c| product::kept_in_cache(i, c, cfg.policy()))?;
+    product::decision(i, &claim, s.pv_cache(r, i), rep.memory[i], cfg.policy())
+}
+
+pub fn begin(s: &mut State, r: usize, i: usize, act: Act) {
+    let copy = s.claim_cache(r, i).expect("decided on a cached claim");
+    s.replicas[r].tasks[i] = match act {
+        Act::Create => Task::Confirm { copy, round: 0 },
+        Act::Abandon => Task::Abandon,
+        Act::ReleaseIntent => Task::Release,
+    };
+}
+
+/// Whether `step` has anything to do (an awaited answer comes from the driver).
+pub fn steps(task: Task) -> bool {
+    !matches!(
+        task,
+        Task::Idle | Task::Creating | Task::Finding | Task::Deleting
+    )
+}
+
+/// One step of replica `r`'s task for claim `i`.
+pub fn step(s: &mut State, cfg: &Config, r: usize, i: usize) {
+    let next = match s.replicas[r].tasks[i] {
+        Task::Confirm { copy, round } => confirm(s, cfg, i, copy, round),
+        Task::CatchUp {
+            copy,
+            round,
+            version,
+        } => catch_up(s, cfg, r, i, copy, round, version),
+        Task::Clock { copy, round, since } => {
+            // The first own PV create after the check began, else a version round.
+            let clock = s.replicas[r].clock;
+            let version = if clock > since { clock } else { s.rv };
+            Task::CatchUp {
+                copy,
+                round,
+                version,
+            }
+        }
+        Task::Listing { copy, round } => listing(s, cfg, i, copy, round),
+        Task::Gate => gate(s, r, i, CallKind::Create, Task::Creating, Task::Save),
+        Task::EarlyRelease => {
+            drop_intent(s, i);
+            Task::Save
+        }
+        Task::Save if cfg.variant == Variant::GatedSave && !s.gate_open(r) => Task::Idle,
+        Task::Save => save(s, r, i),
+        Task::Abandon => abandon(s, r, i),
+        Task::Find => gate(s, r, i, CallKind::Find, Task::Finding, Task::Record),
+        Task::Record => {
+            if let Some(c) = s.claims[i].filter(|c| !c.handle) {
+                s.write_claim(i, Some(Claim { handle: true, ..c }));
+            }
+            Task::Delete
+        }
+        Task::Delete => gate_delete(s, r, i),
+        Task::ReleaseNow | Task::Release => {
+            if !s.replicas[r].memory[i].intent_released {
+                drop_intent(s, i);
+                s.replicas[r].memory[i].intent_released = true;
+            }
+            Task::Idle
+        }
+        Task::Idle | Task::Creating | Task::Finding | Task::Deleting => return,
+    };
+    s.replicas[r].tasks[i] = next;
+}
+
+/// What the API server said of the copy decided on (`intent::Confirmed`).
+enum Confirmed {
+    Current,
+    Changed(Claim),
+    /// Gone, or (a listing round) newer and not at hand: nothing now.
+    Gone,
+}
+
+fn carry_on(cfg: &Config, i: usize, answer: Confirmed, round: u8) -> Task {
+    match answer {
+        Confirmed::Current => Task::Gate,
+        Confirmed::Changed(fresh)
+            if round + 1 < CONFIRM_ROUNDS && product::still_needs(i, &fresh, cfg.policy()) =>
+        {
+            Task::Confirm {
+                copy: fresh,
+                round: round + 1,
+            }
+        }
+        Confirmed::Changed(_) | Confirmed::Gone => Task::Idle,
+    }
+}
+
+/// `intent::confirm`: the freshness answer for a copy that holds the intent
+/// in policy mode, else the fenced write.
+fn confirm(s: &mut State, cfg: &Config, i: usize, copy: Claim, round: u8) -> Task {
+    let check = match cfg.mode {
+        Mode::Policy(check) if copy.intent => check,
+        _ => return carry_on(cfg, i, record(s, i, copy), round),
+    };
+    match check {
+        Check::Read => carry_on(cfg, i, read(s, i, copy), round),
+        Check::VersionRound => Task::CatchUp {
+            copy,
+            round,
+            version: s.rv,
+        },
+        Check::WriteClock => Task::Clock {
+            copy,
+            round,
+            since: s.rv,
+        },
+        Check::ListingRound => listing(s, cfg, i, copy, round),
+        Check::CacheAlone => Task::Gate,
+    }
+}
+
+/// `intent::record`: the intent written with the copy's UID and
+/// resourceVersion as preconditions; a conflict reads the claim.
+fn record(s: &mut State, i: usize, copy: Claim) -> Confirmed {
+    match s.claims[i] {
+        Some(now) if now.rv == copy.rv => {
+            if now.deleting && !now.intent {
+                // No new finalizer on an object being deleted (422).
+                return Confirmed::Gone;
+            }
+            if !now.intent {
+                s.write_claim(
+                    i,
+                    Some(Claim {
+                        intent: true,
+                        ..now
+                    }),
+                );
+            }
+            Confirmed::Current
+        }
+        Some(now) => Confirmed::Changed(now),
+        None => Confirmed::Gone,
+    }
+}
+
+/// `intent::read`: one consistent read of the claim.
+fn read(s: &State, i: usize, copy: Claim) -> Confirmed {
+    match s.claims[i] {
+        Some(now) if now.rv == copy.rv && now.intent => Confirmed::Current,
+        Some(now) => Confirmed::Changed(now),
+        None => Confirmed::Gone,
+    }
+}
+
+/// The cache caught up with `version` (`Fresh::Caught`, `intent::as_cached`),
+/// or it did not in time: a listing round.
+fn catch_up(
+    s: &State,
+    cfg: &Config,
+    r: usize,
+    i: usize,
+    copy: Claim,
+    round: u8,
+    version: u8,
+) -> Task {
+    if !s.claim_feed.caught_up(s.replicas[r].claims_seen, version) {
+        return Task::Listing { copy, round };
+    }
+    let cached = s
+        .claim_cache(r, i)
+        .filter(|c| product::kept_in_cache(i, c, cfg.policy()));
+    let answer = match cached {
+        Some(now) if now.rv == copy.rv => Confirmed::Current,
+        Some(now) => Confirmed::Changed(now),
+        None => Confirmed::Gone,
+    };
+    carry_on(cfg, i, answer, round)
+}
+
+/// A listing round (`intent::as_listed`): the labelled claims with their
+/// versions; a claim not among them is read.
+fn listing(s: &State, cfg: &Config, i: usize, copy: Claim, round: u8) -> Task {
+    match s.claims[i].filter(|c| c.intent) {
+        Some(now) if now.rv == copy.rv => Task::Gate,
+        // `Confirmed::Newer`: its watch event brings it, decided again then.
+        Some(_) => Task::Idle,
+        None => carry_on(cfg, i, read(s, i, copy), round),
+    }
+}
+
+/// The leader gate, then the call (unless this process has the driver's
+/// answer already: `known`). Not leader: the attempt fails (`NotLeader`).
+fn gate(s: &mut State, r: usize, i: usize, kind: CallKind, waiting: Task, known: Task) -> Task {
+    if s.replicas[r].memory[i].created {
+        return known;
+    }
+    if !s.gate_open(r) {
+        return Task::Idle;
+    }
+    s.calls.push(Call {
+        replica: r as u8,
+        claim: i as u8,
+        kind,
+    });
+    waiting
+}
+
+fn gate_delete(s: &mut State, r: usize, i: usize) -> Task {
+    if !s.gate_open(r) {
+        return Task::Idle;
+    }
+    s.calls.push(Call {
+        replica: r as u8,
+        claim: i as u8,
+        kind: CallKind::DeleteAbandoned,
+    });
+    Task::Deleting
+}
+
+/// The task a create's answer leads to.
+pub fn after_create(cfg: &Config) -> Task {
+    match cfg.variant {
+        Variant::Product | Variant::GatedSave => Task::Save,
+        Variant::ReleaseBeforeSave => Task::EarlyRelease,
+    }
+}
+
+/// Saves the PV (its creation stamps this process's write clock);
+/// `AlreadyExists` with our claimRef is done.
+fn save(s: &mut State, r: usize, i: usize) -> Task {
+    if s.pvs[i].is_none() {
+        s.write_pv(
+            i,
+            Some(Pv {
+                rv: 0,
+                phase: Phase::Available,
+            }),
+        );
+        s.replicas[r].clock = s.rv;
+    }
+    s.replicas[r].memory[i].pv_saved = true;
+    Task::Idle
+}
+
+/// The intent dropped from the claim (an edit on its UID); a deleted claim
+/// goes with its last finalizer.
+fn drop_intent(s: &mut State, i: usize) {
+    if let Some(c) = s.claims[i].filter(|c| c.intent) {
+        s.write_claim(i, Some(Claim { intent: false, ..c }));
+    }
+}
+
+/// abandon.rs: saved already (the volume path owns the volume): release;
+/// else read the claim and find its volume by the recorded handle, this
+/// process's answer, or the idempotent `CreateVolume`.
+fn abandon(s: &State, r: usize, i: usize) -> Task {
+    let memory = s.replicas[r].memory[i];
+    if memory.pv_saved || s.pvs[i].is_some() {
+        return Task::ReleaseNow;
+    }
+    match s.claims[i] {
+        Some(c) if c.intent && c.handed => {
+            if c.handle {
+                Task::Delete
+            } else if memory.created {
+                Task::Record
+            } else {
+                Task::Find
+            }
+        }
+        _ => Task::Idle,
+    }
+}
+
+/// The volume path: a PV Released in the cache.
+pub fn vol_decision(s: &State, r: usize, i: usize) -> bool {
+    let rep = &s.replicas[r];
+    s.gate_open(r)
+        && rep.vols[i] == VolTask::Idle
+        && s.pv_cache(r, i).is_some_and(|p| p.phase == Phase::Released)
+}
+
+pub fn vol_step(s: &mut State, r: usize, i: usize) {
+    let next = match s.replicas[r].vols[i] {
+        VolTask::Confirm => {
+            let released = s.pvs[i].is_some_and(|p| p.phase == Phase::Released);
+            if released && s.gate_open(r) {
+                s.calls.push(Call {
+                    replica: r as u8,
+                    claim: i as u8,
+                    kind: CallKind::DeleteReleased,
+                });
+                VolTask::Deleting
+            } else {
+                VolTask::Idle
+            }
+        }
+        VolTask::DeletePv => {
+            if s.pvs[i].is_some() {
+                s.write_pv(i, None);
+            }
+            VolTask::Idle
+        }
+        VolTask::Idle | VolTask::Deleting => return,
+    };
+    s.replicas[r].vols[i] = next;
+}

@@ -1,0 +1,294 @@
+//! The state of the modelled world: the API server's objects and the order it
+//! wrote them in (the watch feed every cache replays), the Lease and the
+//! clock, the replicas, the CSI driver's backend and its calls in flight, the
+//! user, and what went wrong at the moment of an act.
+//!
+//! Claim `i` has UID `u<i>` and one incarnation; its PV and backend volume are
+//! named after that UID, so both are indexed by `i` too.
+
+/// A claim as the API server has it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Claim {
+    pub rv: u8,
+    /// The binder handed it to our driver (`volume.kubernetes.io/storage-provisioner`).
+    pub handed: bool,
+    /// Our intent finalizer (and, in policy mode, its label).
+    pub intent: bool,
+    /// Its deletion timestamp is set (Terminating while a finalizer holds it).
+    pub deleting: bool,
+    /// `spec.volumeName` is set.
+    pub bound: bool,
+    /// The abandoned volume's handle is recorded on it.
+    pub handle: bool,
+}
+
+/// A PV's phase, as the binder sets it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    Available,
+    Bound,
+    Released,
+}
+
+/// The PV of claim `i` (its claimRef is that claim, its handle its volume).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Pv {
+    pub rv: u8,
+    pub phase: Phase,
+}
+
+/// One kind of object as the API server wrote it: the writes every replica's
+/// cache has seen folded into `base`, the rest in order. A cache is a
+/// position in it; it lags arbitrarily and replays in order.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Feed<T> {
+    pub base: Vec<Option<T>>,
+    /// (resourceVersion, object index, the object after the write).
+    pub events: Vec<(u8, u8, Option<T>)>,
+    /// Events folded into `base` so far.
+    pub folded: u8,
+}
+
+impl<T: Copy> Feed<T> {
+    pub fn new(n: usize) -> Feed<T> {
+        Feed {
+            base: vec![None; n],
+            events: Vec::new(),
+            folded: 0,
+        }
+    }
+
+    /// Events written so far.
+    pub fn written(&self) -> u8 {
+        self.folded + self.events.len() as u8
+    }
+
+    /// Object `i` as a cache that has seen `seen` events shows it.
+    pub fn at(&self, seen: u8, i: usize) -> Option<T> {
+        let upto = usize::from(seen - self.folded);
+        self.events[..upto]
+            .iter()
+            .rev()
+            .find(|(_, at, _)| usize::from(*at) == i)
+            .map_or(self.base[i], |(_, _, obj)| *obj)
+    }
+
+    /// Whether a cache that has seen `seen` events has every event of a
+    /// version up to `version` (what a bookmark tells the product).
+    pub fn caught_up(&self, seen: u8, version: u8) -> bool {
+        let upto = usize::from(seen - self.folded);
+        self.events.get(upto).is_none_or(|(rv, _, _)| *rv > version)
+    }
+
+    /// Folds the events every cache has seen into the base, so that states
+    /// that differ only in history every cache is past are one state.
+    pub fn fold(&mut self, seen: u8) {
+        let n = usize::from(seen - self.folded);
+        for (_, i, obj) in self.events.drain(..n) {
+            self.base[usize::from(i)] = obj;
+        }
+        self.folded = seen;
+    }
+}
+
+/// What one replica is doing about one claim: the claim path's sequence
+/// (`controller::claim`), one step of it at a time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Task {
+    Idle,
+    // ---- create (create.rs, intent.rs, fresh.rs) ----
+    /// Confirm the copy decided on: the fenced intent write, or in policy
+    /// mode (the copy holds the intent) the freshness answer. `round` counts
+    /// the copies re-read within one attempt (`CONFIRM_ROUNDS`).
+    Confirm {
+        copy: Claim,
+        round: u8,
+    },
+    /// A version round or the write clock gave `version`: wait for the claim
+    /// cache to catch up with it (or time out into a listing round).
+    CatchUp {
+        copy: Claim,
+        round: u8,
+        version: u8,
+    },
+    /// Waiting for the first own PV create after `since` (the write clock).
+    Clock {
+        copy: Claim,
+        round: u8,
+        since: u8,
+    },
+    /// A listing round.
+    Listing {
+        copy: Claim,
+        round: u8,
+    },
+    /// Confirmed: the leader gate, then `CreateVolume` (unless this process
+    /// has the answer already).
+    Gate,
+    /// `CreateVolume` sent, its answer awaited.
+    Creating,
+    /// WRONG variant: the intent dropped before the save.
+    EarlyRelease,
+    /// Save the PV (`AlreadyExists` of ours is done).
+    Save,
+    // ---- abandon (abandon.rs) ----
+    /// Saved already? Else read the claim, find its volume.
+    Abandon,
+    /// The cleanup's `CreateVolume` (by name: the handle), gated.
+    Find,
+    Finding,
+    /// The handle recorded on the claim before the volume is deleted.
+    Record,
+    /// `DeleteVolume`, gated (`controller::backend`).
+    Delete,
+    Deleting,
+    /// The intent dropped (the claim goes, if deleted).
+    ReleaseNow,
+    // ---- default mode, bound with the intent (IntentReleaser) ----
+    Release,
+}
+
+/// What one replica is doing about one PV: the volume path, modelled (it has
+/// no pure decision the model could call yet).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum VolTask {
+    Idle,
+    /// Released in the cache: read it fresh, then `DeleteVolume`, gated.
+    Confirm,
+    Deleting,
+    /// The volume is gone: delete the PV.
+    DeletePv,
+}
+
+/// What a replica's process remembers about a claim (`ClaimMemory`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Memory {
+    /// The driver answered its `CreateVolume` (the handle is known).
+    pub created: bool,
+    pub pv_saved: bool,
+    pub intent_released: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Replica {
+    /// Has held the Lease since it (re)started: its controllers run.
+    pub started: bool,
+    /// Its leader gate is open while the clock is before this.
+    pub until: u8,
+    pub claims_seen: u8,
+    pub pvs_seen: u8,
+    pub tasks: Vec<Task>,
+    pub vols: Vec<VolTask>,
+    pub memory: Vec<Memory>,
+    /// The version of this process's latest PV create (its write clock).
+    pub clock: u8,
+}
+
+/// A CSI call sent and not yet run by the driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Call {
+    pub replica: u8,
+    pub claim: u8,
+    pub kind: CallKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CallKind {
+    /// `CreateVolume` by the claim's name, from the create sequence.
+    Create,
+    /// The same, from the cleanup of a deleted claim.
+    Find,
+    /// `DeleteVolume` from the cleanup.
+    DeleteAbandoned,
+    /// `DeleteVolume` from the volume path.
+    DeleteReleased,
+}
+
+/// The backend's volume of one claim's name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Volume {
+    pub exists: bool,
+    /// Volumes made under this name so far.
+    pub made: u8,
+}
+
+/// Where the user is with one claim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum User {
+    NotYet,
+    Created,
+    Deleted,
+}
+
+/// Acts that broke an invariant at the moment they ran (bits of `State::broken`).
+pub const CREATED_FOR_GONE_CLAIM: u8 = 1;
+pub const DELETED_BOUND_VOLUME: u8 = 2;
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    pub now: u8,
+    /// The API server's revision (claims and PVs share it: one etcd).
+    pub rv: u8,
+    pub claims: Vec<Option<Claim>>,
+    pub pvs: Vec<Option<Pv>>,
+    pub claim_feed: Feed<Claim>,
+    pub pv_feed: Feed<Pv>,
+    /// The Lease: holder and the time it expires at.
+    pub lease: Option<(u8, u8)>,
+    pub replicas: Vec<Replica>,
+    pub volumes: Vec<Volume>,
+    /// CSI calls in flight, oldest first; the driver runs one call per
+    /// volume name at a time, in the order sent (its per-volume lock).
+    pub calls: Vec<Call>,
+    pub user: Vec<User>,
+    pub timeouts: u8,
+    pub crashes: u8,
+    pub ticks: u8,
+    pub broken: u8,
+}
+
+impl State {
+    pub fn claim_cache(&self, r: usize, i: usize) -> Option<Claim> {
+        self.claim_feed.at(self.replicas[r].claims_seen, i)
+    }
+
+    pub fn pv_cache(&self, r: usize, i: usize) -> Option<Pv> {
+        self.pv_feed.at(self.replicas[r].pvs_seen, i)
+    }
+
+    pub fn gate_open(&self, r: usize) -> bool {
+        self.now < self.replicas[r].until
+    }
+
+    /// Writes claim `i` (`None`: removed). A deleted claim without a
+    /// finalizer is removed by the same write.
+    pub fn write_claim(&mut self, i: usize, claim: Option<Claim>) {
+        self.rv += 1;
+        let claim = claim
+            .filter(|c| !(c.deleting && !c.intent))
+            .map(|c| Claim { rv: self.rv, ..c });
+        self.claims[i] = claim;
+        self.claim_feed.events.push((self.rv, i as u8, claim));
+    }
+
+    pub fn write_pv(&mut self, i: usize, pv: Option<Pv>) {
+        self.rv += 1;
+        let pv = pv.map(|p| Pv { rv: self.rv, ..p });
+        self.pvs[i] = pv;
+        self.pv_feed.events.push((self.rv, i as u8, pv));
+    }
+
+    /// Folds what every cache has seen. A replica that is not running has no
+    /// cache to speak of: it lists when it starts, so it is kept at the end.
+    pub fn compact(&mut self) {
+        let (claims, pvs) = (self.claim_feed.written(), self.pv_feed.written());
+        for rep in self.replicas.iter_mut().filter(|r| !r.started) {
+            rep.claims_seen = claims;
+            rep.pvs_seen = pvs;
+        }
+        let claims = self.replicas.iter().map(|r| r.claims_seen).min();
+        let pvs = self.replicas.iter().map(|r| r.pvs_seen).min();
+        self.claim_feed.fold(claims.unwrap_or(0));
+        self.pv_feed.fold(pvs.unwrap_or(0));
+    }
+}
