@@ -104,6 +104,12 @@ pub fn decision(
         class: Some(CLASS_OBJ.clone()),
         place: &Placement::Central,
         recall: Recall {
+            // The driver's unsaved answer, as the memory holds it (its
+            // handle does not matter to the decision).
+            created: memory.created.then(|| csi_provisioner::csi::pb::Volume {
+                volume_id: format!("v{i}"),
+                ..Default::default()
+            }),
             pv_saved: memory.pv_saved,
             intent_released: memory.intent_released,
             // Backoff is timing: a held attempt only delays what the model
@@ -116,14 +122,14 @@ pub fn decision(
         },
     });
     match decision {
-        Decision::Create(_) => Some(Act::Create),
-        Decision::Abandon => Some(Act::Abandon),
+        Decision::Create(..) => Some(Act::Create),
+        Decision::Abandon(_) => Some(Act::Abandon),
         Decision::ReleaseIntent => Some(Act::ReleaseIntent),
         Decision::Forget
         | Decision::Wait(_)
         | Decision::Requeue(_)
         | Decision::Refuse(_)
-        | Decision::Race(_)
+        | Decision::Race(..)
         | Decision::ReleaseCloneSource => None,
     }
 }
