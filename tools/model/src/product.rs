@@ -66,7 +66,7 @@ pub fn pvc(i: usize, c: &Claim, policy: bool) -> PersistentVolumeClaim {
                 .then(|| vec![keys::FINALIZER_PVC_INTENT.to_string()]),
             deletion_timestamp: c
                 .deleting
-                .then(|| Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)),
+                .then_some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)),
             ..Default::default()
         },
         spec: Some(PersistentVolumeClaimSpec {

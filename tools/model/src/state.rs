@@ -265,7 +265,7 @@ impl State {
     pub fn write_claim(&mut self, i: usize, claim: Option<Claim>) {
         self.rv += 1;
         let claim = claim
-            .filter(|c| !(c.deleting && !c.intent))
+            .filter(|c| !c.deleting || c.intent)
             .map(|c| Claim { rv: self.rv, ..c });
         self.claims[i] = claim;
         self.claim_feed.events.push((self.rv, i as u8, claim));
