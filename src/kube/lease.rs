@@ -83,6 +83,15 @@ impl LeaderGate {
         LeaderGate::elected()
     }
 
+    /// A gate open for `lease` from now, then closed, as a leader's whose
+    /// renewals stopped (tests).
+    #[cfg(test)]
+    pub fn open_for(lease: Duration) -> LeaderGate {
+        let gate = LeaderGate::elected();
+        gate.extend(Instant::now() + lease);
+        gate
+    }
+
     fn elected() -> LeaderGate {
         LeaderGate {
             inner: Arc::new(Mutex::new(None)),

@@ -325,6 +325,14 @@ async fn save_pv(
     pv: PersistentVolume,
 ) -> Result<(), ClaimError> {
     let name = pv.name_any();
+    // Behind the leader gate like `CreateVolume`: a replica paused past its
+    // lease must not bind a claim the new leader has decided on since (found
+    // by the model checker, docs/reliability.md F1/F2). The driver's answer
+    // stays in the memory; the new leader's idempotent `CreateVolume` of the
+    // same name finds the volume, or its cleanup deletes it.
+    if !ctx.leader.is_leader() {
+        return Err(ClaimError::NotLeader);
+    }
     // In policy mode the create's version is what the checks of a burst wait for.
     let stamp = match &ctx.intent {
         IntentMode::Admission(freshness) => Some(freshness.clock().stamp()),

@@ -1777,3 +1777,39 @@ async fn a_clone_source_waits_for_its_pending_clone_then_lets_go() {
         "{body}"
     );
 }
+
+/// Found by the model checker (docs/reliability.md, F1 and F2): a replica
+/// whose lease ran out while its `CreateVolume` was in flight must not save
+/// the PV, which would bind a claim the new leader has decided on since. The
+/// save is refused like the call; the new leader saves the volume once, with
+/// no second `CreateVolume`.
+#[tokio::test]
+async fn a_leader_whose_lease_ran_out_during_create_volume_does_not_save_the_pv() {
+    let c = claim();
+    let mut rig = Rig::basic(vec![(PUT_CLAIM, answer(&c, "8"))]).await;
+    rig.ctx_mut().leader = crate::kube::LeaderGate::open_for(Duration::from_millis(300));
+    rig.driver
+        .set_fault("CreateVolume", Fault::Latency { ms: 900 })
+        .await
+        .unwrap();
+    let r = rig.provision(&c).await;
+    assert!(matches!(r, Err(ClaimError::NotLeader)), "{r:?}");
+    rig.assert_script_done();
+    assert_eq!(rig.seen(), [PUT_CLAIM], "no PV saved by the old leader");
+    assert_eq!(rig.backend().await, (1, 1, 0), "the volume was made");
+    // The next leader: its fenced write, then the save of the volume the
+    // driver made, found without asking again.
+    rig.driver.clear_faults().await.unwrap();
+    rig.ctx_mut().leader = crate::kube::LeaderGate::always();
+    rig.then(vec![
+        (PUT_CLAIM, answer(&c, "9")),
+        (post_pv(), created_pv()),
+    ]);
+    rig.provision(&c).await.unwrap();
+    rig.assert_script_done();
+    assert_eq!(
+        rig.backend().await,
+        (1, 1, 0),
+        "one volume, one CreateVolume"
+    );
+}

@@ -35,15 +35,17 @@ pub enum Check {
 /// A change to the product's protocol that must be caught.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Variant {
-    /// The product as it is.
+    /// The product as it is: its PV save passes the leader gate, as
+    /// `CreateVolume` does (a replica paused past its lease saves nothing when
+    /// it resumes; the new leader saves it).
     Product,
     /// WRONG: the intent is dropped as soon as `CreateVolume` answers, before
     /// the PV is saved.
     ReleaseBeforeSave,
-    /// A proposed fix of the model's findings: the PV save passes the leader
-    /// gate too, as `CreateVolume` does (a replica paused past its lease saves
-    /// nothing when it resumes; the new leader saves it).
-    GatedSave,
+    /// WRONG (the product before 2026-12-07, and upstream): the PV save does
+    /// not pass the leader gate, so a replica paused past its lease saves the
+    /// PV when it resumes (the model's findings F1 and F2).
+    UngatedSave,
 }
 
 /// One configuration of the checker.

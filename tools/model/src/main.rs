@@ -32,12 +32,13 @@ fn main() {
             failed |= !outcome.broken.is_empty() || !outcome.unreached.is_empty();
         }
     }
-    // The proposed fix of the findings (docs/reliability.md), under the takeover.
-    if args.iter().any(|a| a == "--gated-save") {
+    // The product before the fix of the findings (docs/reliability.md F1, F2),
+    // under the takeover: its counterexamples.
+    if args.iter().any(|a| a == "--ungated-save") {
         for &(name, mode) in MODES.iter().filter(|(name, _)| name.contains(&only)) {
-            let cfg = Config::takeover(name, mode).with(model::Variant::GatedSave);
+            let cfg = Config::takeover(name, mode).with(model::Variant::UngatedSave);
             let outcome = check(cfg.clone(), threads);
-            println!("GATED SAVE: {} [{}]", outcome.report(), describe(&cfg));
+            println!("UNGATED SAVE: {} [{}]", outcome.report(), describe(&cfg));
         }
     }
     for (cfg, done) in model::wrong_variants() {

@@ -67,7 +67,7 @@ pub fn step(s: &mut State, cfg: &Config, r: usize, i: usize) {
             drop_intent(s, i);
             Task::Save
         }
-        Task::Save if cfg.variant == Variant::GatedSave && !s.gate_open(r) => Task::Idle,
+        Task::Save if cfg.variant != Variant::UngatedSave && !s.gate_open(r) => Task::Idle,
         Task::Save => save(s, r, i),
         Task::Abandon => abandon(s, r, i),
         Task::Find => gate(s, r, i, CallKind::Find, Task::Finding, Task::Record),
@@ -239,7 +239,7 @@ fn gate_delete(s: &mut State, r: usize, i: usize) -> Task {
 /// The task a create's answer leads to.
 pub fn after_create(cfg: &Config) -> Task {
     match cfg.variant {
-        Variant::Product | Variant::GatedSave => Task::Save,
+        Variant::Product | Variant::UngatedSave => Task::Save,
         Variant::ReleaseBeforeSave => Task::EarlyRelease,
     }
 }
