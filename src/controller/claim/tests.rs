@@ -620,24 +620,26 @@ async fn sent_topology(rig: &Rig) -> (Vec<Value>, Vec<Value>) {
     (json(&last.requisite), json(&last.preferred))
 }
 
-#[tokio::test]
-async fn a_topology_claim_costs_no_csinode_or_node_request() {
-    // WaitForFirstConsumer: the selected node's keys and labels, and its key
-    // set aggregated, all from the caches.
-    let c = ClaimFixture::ours().on_node("n2").0;
-    let rig = topology_rig(vec![
-        (PUT_CLAIM, answer(&c, "8")),
-        (post_pv(), created_pv()),
-    ])
-    .await;
-    rig.provision(&c).await.unwrap();
+/// Provisions `c` on the topology rig, checks that the intent and the PV were
+/// the only requests, and returns the topology sent to the driver.
+async fn provisioned_from_caches(c: &PersistentVolumeClaim) -> (Vec<Value>, Vec<Value>) {
+    let rig = topology_rig(vec![(PUT_CLAIM, answer(c, "8")), (post_pv(), created_pv())]).await;
+    rig.provision(c).await.unwrap();
     rig.assert_script_done();
     assert_eq!(
         rig.seen(),
         [PUT_CLAIM, post_pv()],
         "the intent and the PV only"
     );
-    let (requisite, preferred) = sent_topology(&rig).await;
+    sent_topology(&rig).await
+}
+
+#[tokio::test]
+async fn a_topology_claim_costs_no_csinode_or_node_request() {
+    // WaitForFirstConsumer: the selected node's keys and labels, and its key
+    // set aggregated, all from the caches.
+    let c = ClaimFixture::ours().on_node("n2").0;
+    let (requisite, preferred) = provisioned_from_caches(&c).await;
     assert_eq!(requisite, [json!({"zone": "a"}), json!({"zone": "b"})]);
     assert_eq!(
         preferred[0],
@@ -647,19 +649,7 @@ async fn a_topology_claim_costs_no_csinode_or_node_request() {
 
     // Immediate, with two key sets registered: each aggregated from the caches.
     let c = claim();
-    let rig = topology_rig(vec![
-        (PUT_CLAIM, answer(&c, "8")),
-        (post_pv(), created_pv()),
-    ])
-    .await;
-    rig.provision(&c).await.unwrap();
-    rig.assert_script_done();
-    assert_eq!(
-        rig.seen(),
-        [PUT_CLAIM, post_pv()],
-        "the intent and the PV only"
-    );
-    let (requisite, _) = sent_topology(&rig).await;
+    let (requisite, _) = provisioned_from_caches(&c).await;
     assert_eq!(
         requisite,
         [
