@@ -20,7 +20,7 @@ use csi_test_driver::control::Fault;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{Api, PostParams, WatchParams};
-use support::policies::{OUR_MANAGER, holds_intent, install, uninstall, wait_enforced};
+use support::policies::{OUR_MANAGER, holds_intent, install, uninstall};
 use support::{DEADLINE, Rig, wait_for};
 
 /// What every version of the rig's claims showed, from a watch started
@@ -97,7 +97,6 @@ async fn the_control_plane_makes_the_intent_and_the_sidecar_changes_nothing_on_t
         ],
     )
     .await;
-    wait_enforced(&rig).await;
 
     let watch = tokio::spawn(record(rig.claims(), 5));
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -162,7 +161,6 @@ async fn a_wait_for_first_consumer_claim_gets_the_intent_only_once_a_node_is_cho
         .start()
         .await;
     let installed = install(&rig, &["provisioning-intent-policy.yaml"]).await;
-    wait_enforced(&rig).await;
     let node = rig
         .node_in_zone("topology.intpol.example.com/zone", "a")
         .await;
@@ -223,7 +221,6 @@ async fn where_the_policy_does_not_act_the_sidecar_writes_the_intent_itself() {
     })
     .await;
     let installed = install(&rig, &["provisioning-intent-policy.yaml"]).await;
-    wait_enforced(&rig).await;
     // Another driver's claim: the policy leaves it alone.
     let other = rig
         .claims()
@@ -292,7 +289,6 @@ async fn a_claim_deleted_while_its_volume_is_made_is_cleaned_up_and_one_re_creat
         ],
     )
     .await;
-    wait_enforced(&rig).await;
     rig.control
         .set_fault("CreateVolume", Fault::Hang)
         .await

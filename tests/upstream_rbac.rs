@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::CSIStorageCapacity;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
-use support::policies::{holds_intent, install, uninstall, wait_enforced};
+use support::policies::{holds_intent, install, uninstall};
 use support::{DEADLINE, Rbac, Rig, Snapshotter, unique_name, wait_for};
 
 fn finalizers(c: &PersistentVolumeClaim) -> Vec<String> {
@@ -274,7 +274,6 @@ async fn the_policy_mode_provisions_and_deletes_under_upstreams_rbac() {
         ],
     )
     .await;
-    wait_enforced(&rig).await;
     rig.create_claim(rig.claim("data")).await;
     let pv = rig.wait_bound("data").await;
     let pv_name = pv.metadata.name.clone().unwrap();

@@ -58,8 +58,12 @@ pub fn documents(rig: &Rig, file: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// Installs the shipped policies (both, or the one named), returns their
-/// (kind, name) to remove them.
+/// Installs the shipped policies (both, or the one named) and returns, once
+/// each of them acts, their (kind, name) to remove them. A policy is loaded by
+/// the API server a moment after its binding is created, and each file's at
+/// its own moment: a test that went on once the first acted could see the
+/// binder's update of its first claim pass before the release policy is
+/// loaded.
 pub async fn install(rig: &Rig, files: &[&str]) -> Vec<(String, String)> {
     let mut created = Vec::new();
     for file in files {
@@ -74,6 +78,13 @@ pub async fn install(rig: &Rig, files: &[&str]) -> Vec<(String, String)> {
             .await
             .unwrap_or_else(|e| panic!("creating the {kind} of {file}: {e}"));
             created.push((kind, name));
+        }
+    }
+    for file in files {
+        match *file {
+            "provisioning-intent-policy.yaml" => wait_enforced(rig).await,
+            "release-intent-policy.yaml" => wait_release(rig, true).await,
+            other => panic!("no probe for {other}"),
         }
     }
     created
@@ -96,7 +107,7 @@ pub fn holds_intent(c: &PersistentVolumeClaim) -> bool {
 
 /// Waits until a claim created already annotated for our driver gets the
 /// intent at CREATE (the policy is enforced); removes the probe's intent.
-pub async fn wait_enforced(rig: &Rig) {
+async fn wait_enforced(rig: &Rig) {
     let claims = rig.claims();
     let mut n = 0;
     wait_for("the provisioning-intent policy to act", DEADLINE, || {
@@ -123,6 +134,48 @@ pub async fn wait_enforced(rig: &Rig) {
                 .await
                 .map_err(|e| e.to_string())?;
             Ok(())
+        }
+    })
+    .await;
+}
+
+/// Waits until binding a claim by hand (no class, so no provisioner is
+/// involved) drops the intent (`enforced`) or keeps it (`!enforced`: the
+/// release policy is gone). The probes are named `probe-…` and hold no
+/// finalizer of ours afterwards: they go with the namespace.
+pub async fn wait_release(rig: &Rig, enforced: bool) {
+    let claims = rig.claims();
+    let mut n = 0;
+    wait_for("the release policy to take effect", DEADLINE, || {
+        n += 1;
+        let name = format!("probe-release-{enforced}-{n}");
+        let claims = claims.clone();
+        let mut probe = rig.claim(&name).class("").build();
+        async move {
+            probe.metadata.finalizers = Some(vec![keys::FINALIZER_PVC_INTENT.into()]);
+            let mut c = claims
+                .create(&PostParams::default(), &probe)
+                .await
+                .map_err(|e| e.to_string())?;
+            c.spec.as_mut().unwrap().volume_name = Some("nowhere".into());
+            let after = claims
+                .replace(&name, &PostParams::default(), &c)
+                .await
+                .map_err(|e| e.to_string())?;
+            let kept = holds_intent(&after);
+            if kept {
+                let mut c = after;
+                c.metadata.finalizers = None;
+                claims
+                    .replace(&name, &PostParams::default(), &c)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            if kept != enforced {
+                Ok(())
+            } else {
+                Err(format!("intent kept: {kept}"))
+            }
         }
     })
     .await;

@@ -355,8 +355,10 @@ async fn a_crash_at_every_step_of_provisioning_deletion_and_cleanup_breaks_no_in
     }
     assert!(report.trace_errors.is_empty(), "{table}");
     assert!(report.outcomes.len() >= 4 * labels.len(), "{table}");
+    // A write the trace made only to retry a conflict (the sidecar's update racing
+    // kube-controller-manager's) may not come in a case's run; every other step must.
     for o in &report.outcomes {
-        assert!(o.error.is_none() && o.reached, "{o:?}\n{table}");
+        assert!(o.error.is_none() && !o.missed(), "{o:?}\n{table}");
     }
     assert_eq!(report.violations(), 0, "\n{table}");
 }

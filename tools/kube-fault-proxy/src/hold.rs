@@ -36,6 +36,10 @@ pub struct WriteRecord {
     /// A patch's or update's body, or a create's, cut to [`BODY_LIMIT`] characters.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub body: String,
+    /// The API server's status code, in the journal once it answered (none: it did not,
+    /// or the request was dropped before it). Whatever the client was then told.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
 }
 
 /// How much of a body the journal keeps.
@@ -73,6 +77,7 @@ impl WriteRecord {
             namespace: info.namespace.clone(),
             name,
             body: text.chars().take(BODY_LIMIT).collect(),
+            status: None,
         }
     }
 }
@@ -98,7 +103,22 @@ struct HoldsInner {
 #[derive(Default)]
 pub struct Holds {
     inner: Mutex<HoldsInner>,
-    journal: Mutex<Option<Vec<WriteRecord>>>,
+    journal: Mutex<Journal>,
+}
+
+/// The writes since the last [`Holds::record`], when recording; `round` tells an entry of
+/// this journal from one of a journal since forgotten.
+#[derive(Default)]
+struct Journal {
+    round: u64,
+    writes: Option<Vec<WriteRecord>>,
+}
+
+/// Where [`Holds::note`] put a write, for [`Holds::answered`].
+#[derive(Clone, Copy, Debug)]
+pub struct JournalSlot {
+    round: u64,
+    index: usize,
 }
 
 /// Removes its request from [`Holds`] when the handler ends, decided or not (a client that
@@ -159,7 +179,9 @@ impl Holds {
 
     /// Starts a fresh journal of writes (forgetting any earlier one).
     pub fn record(&self) {
-        *self.journal.lock().expect("journal poisoned") = Some(Vec::new());
+        let mut j = self.journal.lock().expect("journal poisoned");
+        j.round += 1;
+        j.writes = Some(Vec::new());
     }
 
     /// The writes recorded since [`Holds::record`] (empty when not recording).
@@ -167,14 +189,32 @@ impl Holds {
         self.journal
             .lock()
             .expect("journal poisoned")
+            .writes
             .clone()
             .unwrap_or_default()
     }
 
-    /// Adds a write to the journal, when recording.
-    pub fn note(&self, record: &WriteRecord) {
-        if let Some(j) = self.journal.lock().expect("journal poisoned").as_mut() {
-            j.push(record.clone());
+    /// Adds a write to the journal, when recording; returns where, for its answer.
+    pub fn note(&self, record: &WriteRecord) -> Option<JournalSlot> {
+        let mut j = self.journal.lock().expect("journal poisoned");
+        let round = j.round;
+        let writes = j.writes.as_mut()?;
+        writes.push(record.clone());
+        Some(JournalSlot {
+            round,
+            index: writes.len() - 1,
+        })
+    }
+
+    /// Notes the API server's answer to a write in the journal (if it is still the same one).
+    pub fn answered(&self, slot: Option<JournalSlot>, status: u16) {
+        let Some(slot) = slot else { return };
+        let mut j = self.journal.lock().expect("journal poisoned");
+        if j.round != slot.round {
+            return;
+        }
+        if let Some(w) = j.writes.as_mut().and_then(|w| w.get_mut(slot.index)) {
+            w.status = Some(status);
         }
     }
 }
@@ -211,8 +251,17 @@ mod tests {
         drop(guard);
         assert!(holds.held().is_empty(), "a handler that went away");
         assert!(holds.journal().is_empty(), "not recording");
+        assert!(holds.note(&WriteRecord::of(&info, b"{}")).is_none());
         holds.record();
-        holds.note(&WriteRecord::of(&info, b"{}"));
+        let slot = holds.note(&WriteRecord::of(&info, b"{}"));
         assert_eq!(holds.journal().len(), 1);
+        assert_eq!(holds.journal()[0].status, None, "not answered yet");
+        holds.answered(slot, 409);
+        assert_eq!(holds.journal()[0].status, Some(409));
+        // An answer that comes after a new journal started is not written into it.
+        holds.record();
+        let _ = holds.note(&WriteRecord::of(&info, b"{}"));
+        holds.answered(slot, 200);
+        assert_eq!(holds.journal()[0].status, None);
     }
 }

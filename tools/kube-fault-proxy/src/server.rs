@@ -260,9 +260,7 @@ async fn handle(
         }
     };
     let record = is_write(&info.verb).then(|| WriteRecord::of(&info, &body));
-    if let Some(r) = &record {
-        shared.holds.note(r);
-    }
+    let slot = record.as_ref().and_then(|r| shared.holds.note(r));
     if plan.hold == Some(HoldAt::Before) {
         let request = record
             .clone()
@@ -312,6 +310,7 @@ async fn handle(
             ));
         }
     };
+    shared.holds.answered(slot, response.status().as_u16());
     if let Some(code) = plan.lost_response {
         let _ = response.into_body().collect().await;
         debug!(verb = %info.verb, resource = %info.full_resource(), code, "injected lost response");

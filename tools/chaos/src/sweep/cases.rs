@@ -93,6 +93,10 @@ pub struct Step {
     pub nth: u32,
     /// The object (or the volume name) the trace's request was about.
     pub object: String,
+    /// The trace made it only because an earlier request of its kind was answered 409
+    /// Conflict (a retry, or a step shifted by one): a run without that conflict, which
+    /// the sidecar does not choose, does not make it.
+    pub after_conflict: bool,
 }
 
 impl Step {
@@ -115,7 +119,7 @@ fn counted_by(rule_resource: &str, resource: &str) -> bool {
 /// The steps of a trace, in the order they happened: the writes (leader election's Lease
 /// writes are not a flow's) and the provisioner's CSI calls made since `since_ms`.
 pub fn steps(writes: &[WriteRecord], ops: &[OperationRecord], since_ms: u64) -> Vec<Step> {
-    let mut all: Vec<(u64, Call, String)> = writes
+    let mut all: Vec<(u64, Call, String, bool)> = writes
         .iter()
         .filter(|w| w.at_ms >= since_ms && !w.resource.starts_with("leases"))
         .map(|w| {
@@ -123,7 +127,8 @@ pub fn steps(writes: &[WriteRecord], ops: &[OperationRecord], since_ms: u64) -> 
                 verb: w.verb.clone(),
                 resource: w.resource.clone(),
             };
-            (w.at_ms, call, w.name.clone().unwrap_or_default())
+            let conflict = w.status == Some(409);
+            (w.at_ms, call, w.name.clone().unwrap_or_default(), conflict)
         })
         .collect();
     all.extend(
@@ -134,16 +139,16 @@ pub fn steps(writes: &[WriteRecord], ops: &[OperationRecord], since_ms: u64) -> 
                     method: o.method.clone(),
                 };
                 let object = o.name.clone().or(o.volume_id.clone()).unwrap_or_default();
-                (o.at_ms, call, object)
+                (o.at_ms, call, object, false)
             }),
     );
     // Stable: writes before CSI calls of the same millisecond, each in its own order.
-    all.sort_by_key(|(at, _, _)| *at);
-    let mut out: Vec<Step> = Vec::new();
-    for (_, call, object) in all {
-        let nth = 1 + out
+    all.sort_by_key(|(at, _, _, _)| *at);
+    let mut out: Vec<(Step, bool)> = Vec::new();
+    for (_, call, object, conflict) in all {
+        let same_kind: Vec<&(Step, bool)> = out
             .iter()
-            .filter(|s| match (&s.call, &call) {
+            .filter(|(s, _)| match (&s.call, &call) {
                 (
                     Call::Api {
                         verb: v1,
@@ -156,10 +161,16 @@ pub fn steps(writes: &[WriteRecord], ops: &[OperationRecord], since_ms: u64) -> 
                 ) => v1 == v2 && counted_by(r2, r1),
                 (a, b) => a == b,
             })
-            .count() as u32;
-        out.push(Step { call, nth, object });
+            .collect();
+        let step = Step {
+            call,
+            nth: 1 + same_kind.len() as u32,
+            object,
+            after_conflict: same_kind.iter().any(|(_, conflicted)| *conflicted),
+        };
+        out.push((step, conflict));
     }
-    out
+    out.into_iter().map(|(step, _)| step).collect()
 }
 
 /// Where the sidecar dies at a step.
@@ -206,6 +217,12 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// A step the trace made whatever the timing that this run did not reach: the run went
+    /// another way than the trace, so the case proved nothing.
+    pub fn missed(&self) -> bool {
+        self.error.is_none() && !self.reached && !self.case.step.after_conflict
+    }
+
     pub fn violation_count(&self) -> usize {
         check::total(&self.violations)
     }
@@ -213,6 +230,10 @@ impl Outcome {
     pub(crate) fn verdict(&self) -> String {
         if let Some(e) = &self.error {
             return format!("error: {e}");
+        }
+        if !self.reached && self.case.step.after_conflict {
+            return "step not reached (in the trace it followed a conflict; this run had none)"
+                .into();
         }
         if !self.reached {
             return "step not reached".into();
@@ -253,16 +274,23 @@ impl SweepReport {
             self.sidecar.label(),
             if self.policies { " (policy mode)" } else { "" },
             self.outcomes.len(),
-            self.outcomes
-                .iter()
-                .filter(|o| !o.reached && o.error.is_none())
-                .count(),
+            self.outcomes.iter().filter(|o| o.missed()).count(),
             self.outcomes.iter().filter(|o| o.error.is_some()).count(),
             self.violations(),
             self.elapsed.as_secs_f64(),
         );
         for (flow, steps) in &self.traces {
-            let list: Vec<String> = steps.iter().map(|s| format!("`{}`", s.label())).collect();
+            let list: Vec<String> = steps
+                .iter()
+                .map(|s| {
+                    let retry = if s.after_conflict {
+                        " (after a conflict)"
+                    } else {
+                        ""
+                    };
+                    format!("`{}`{retry}", s.label())
+                })
+                .collect();
             out.push_str(&format!(
                 "- trace of `{}`: {}\n",
                 flow.name(),
@@ -333,6 +361,7 @@ mod tests {
             namespace: Some("n".into()),
             name: Some(name.into()),
             body: String::new(),
+            status: Some(200),
         }
     }
 
@@ -372,6 +401,33 @@ mod tests {
                 // subresource's writes too (the proxy's matching).
                 "patch persistentvolumeclaims/status #1",
                 "patch persistentvolumeclaims #3",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_write_made_after_a_conflict_of_its_kind_is_marked_as_the_conflict_s_consequence() {
+        let mut conflicted = write(20, "update", "persistentvolumeclaims", "c");
+        conflicted.status = Some(409);
+        let writes = [
+            write(10, "update", "persistentvolumeclaims", "c"),
+            conflicted,
+            write(21, "update", "persistentvolumeclaims", "c"),
+            write(22, "create", "persistentvolumes", "pvc-1"),
+        ];
+        let after: Vec<(String, bool)> = steps(&writes, &[], 0)
+            .iter()
+            .map(|s| (s.label(), s.after_conflict))
+            .collect();
+        assert_eq!(
+            after,
+            [
+                ("update persistentvolumeclaims #1".to_string(), false),
+                // The conflicted write itself is made in every run: the first try.
+                ("update persistentvolumeclaims #2".to_string(), false),
+                ("update persistentvolumeclaims #3".to_string(), true),
+                // Another kind's count is not shifted by the conflict.
+                ("create persistentvolumes #1".to_string(), false),
             ]
         );
     }
