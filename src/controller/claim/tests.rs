@@ -13,13 +13,14 @@ use std::time::Duration;
 use csi_test_driver::GrpcCode;
 use csi_test_driver::control::Fault;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::runtime::{reflector, watcher};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher;
 use serde_json::{Value, json};
 
-use super::ClaimError;
 use super::decide::fixtures::{ClaimFixture, DRIVER, class};
 use super::intent::IntentMode;
-use crate::controller::Context;
+use super::{Caches, ClaimError, ClaimMemory, Context, IntentReleaser};
+use crate::controller::Shared;
 use crate::controller::node::Placement;
 use crate::controller::scripted::{Bench, Reply, Step};
 use crate::controller::topology::{self, TopologyCaches};
@@ -27,8 +28,8 @@ use crate::csi::DriverCapabilities;
 use crate::keys;
 use crate::kube::Listed;
 use crate::kube::fresh::{Freshness, FreshnessConfig};
-use crate::kube::slim::Claim;
-use crate::provision::{ClaimView, volume_name};
+use crate::kube::slim::{Claim, Pv};
+use crate::provision::{ClaimView, ProvisionOptions, volume_name};
 
 /// A context whose API server is a script and whose driver is a fresh test
 /// driver (the bench's helpers read through: `rig.driver`, `rig.seen()`).
@@ -66,7 +67,7 @@ impl Rig {
         let bench = Bench::start(steps).await;
         let (claims, claim_writer) = reflector::store::<Claim>();
         Rig {
-            ctx: Arc::new(bench.context(caps, claims, claims_listed)),
+            ctx: Arc::new(context(&bench, caps, claims, claims_listed)),
             claim_writer,
             bench,
         }
@@ -87,14 +88,14 @@ impl Rig {
     /// A reconcile of a claim that needs a volume, as the controller runs it
     /// after any backoff (the hold of an earlier failure has passed).
     async fn provision(&self, claim: &PersistentVolumeClaim) -> Result<(), ClaimError> {
-        self.ctx.claims.expire_hold(ClaimView(claim).uid());
+        self.ctx.memory.expire_hold(ClaimView(claim).uid());
         self.reconcile(claim).await.map(drop)
     }
 
     /// A reconcile of a deleted claim that holds the intent, likewise.
     async fn abandon(&self, claim: &PersistentVolumeClaim) -> Result<(), ClaimError> {
         assert!(ClaimView(claim).is_deleting() && ClaimView(claim).holds_intent());
-        self.ctx.claims.expire_hold(ClaimView(claim).uid());
+        self.ctx.memory.expire_hold(ClaimView(claim).uid());
         self.reconcile(claim).await.map(drop)
     }
 
@@ -112,7 +113,7 @@ impl Rig {
                 Err(e)
             }
         };
-        self.ctx.recorder.flush(Duration::from_secs(5)).await;
+        self.ctx.shared.recorder.flush(Duration::from_secs(5)).await;
         r
     }
 
@@ -122,10 +123,10 @@ impl Rig {
     fn admission(&mut self, cached: &PersistentVolumeClaim, reached: u64, min_round: usize) {
         let progress = self.ctx.caches.claims_progress.clone();
         let freshness = Freshness::start(FreshnessConfig {
-            client: self.ctx.client.clone(),
+            client: self.ctx.shared.client.clone(),
             progress: progress.clone(),
             bucket: None,
-            metrics: self.ctx.metrics.clone(),
+            metrics: self.ctx.shared.metrics.clone(),
             driver: DRIVER.into(),
             catch_up: Duration::from_millis(200),
             min_round,
@@ -139,6 +140,47 @@ impl Rig {
 
     fn ctx_mut(&mut self) -> &mut Context {
         Arc::get_mut(&mut self.ctx).expect("the context is not shared yet")
+    }
+
+    /// The shared part, changed before any reconcile holds it.
+    fn shared_mut(&mut self) -> &mut Shared {
+        Arc::get_mut(&mut self.ctx_mut().shared).expect("the shared part is not shared yet")
+    }
+}
+
+/// The claim path's context on `bench`: the class cache holds an Immediate
+/// class of the driver, the claim cache is `claims`, every other cache is
+/// empty, the intent is the sidecar's to write.
+fn context(
+    bench: &Bench,
+    caps: DriverCapabilities,
+    claims: Store<Claim>,
+    claims_listed: Listed,
+) -> Context {
+    let (classes, mut writer) = reflector::store();
+    writer.apply_watcher_event(&watcher::Event::Apply(class(DRIVER, "Immediate")));
+    let shared = Arc::new(bench.shared(caps, classes));
+    let memory = Arc::new(ClaimMemory::new(
+        Duration::from_secs(1),
+        Duration::from_secs(300),
+    ));
+    Context {
+        intents: IntentReleaser::start(shared.client.clone(), memory.clone(), claims.clone()),
+        options: ProvisionOptions::default(),
+        caches: Caches {
+            volumes: reflector::store::<Pv>().0,
+            volumes_listed: Listed::done(),
+            claims,
+            claims_listed,
+            claims_progress: Default::default(),
+            namespaces: None,
+            topology: None,
+        },
+        memory,
+        intent: IntentMode::Write,
+        clone_releases: tokio::sync::Semaphore::new(1),
+        creates: tokio::sync::Semaphore::new(2),
+        shared,
     }
 }
 
@@ -251,6 +293,7 @@ async fn a_cached_copy_with_the_intent_but_an_older_version_is_read_again() {
     assert_eq!(rig.backend().await, (1, 1, 0));
     let stale = rig
         .ctx
+        .shared
         .metrics
         .stale_cache_answers
         .get_or_create(&crate::metrics::ObjectLabels {
@@ -701,7 +744,7 @@ async fn in_a_node_deployment_no_room_after_an_earlier_attempt_keeps_the_claim_h
     // find that volume: it keeps the claim and retries.
     let c = ClaimFixture::ours().on_node("n1").intent().0;
     let mut rig = exhausted_rig(vec![(PUT_CLAIM, answer(&c, "7"))]).await;
-    rig.ctx_mut().place = Placement::Node(crate::controller::node::NodeMode {
+    rig.shared_mut().place = Placement::Node(crate::controller::node::NodeMode {
         name: "n1".into(),
         topology: Some([("zone".to_string(), "a".to_string())].into()),
         immediate_binding: true,
@@ -770,7 +813,7 @@ async fn a_missing_secret_is_shown_and_nothing_is_written() {
     let (classes, mut writer) = reflector::store();
     writer.apply_watcher_event(&watcher::Event::Apply(cls));
     let mut rig = rig;
-    rig.ctx_mut().caches.classes = classes;
+    rig.shared_mut().classes = classes;
     c.metadata.resource_version = Some("7".into());
     let r = rig.provision(&c).await;
     assert!(matches!(r, Err(ClaimError::GetSecret { .. })), "{r:?}");
@@ -792,7 +835,7 @@ async fn an_invalid_class_is_shown_after_the_provisioning_event_and_nothing_is_w
     let (classes, mut writer) = reflector::store();
     writer.apply_watcher_event(&watcher::Event::Apply(cls));
     let mut rig = rig;
-    rig.ctx_mut().caches.classes = classes;
+    rig.shared_mut().classes = classes;
     assert!(rig.provision(&c).await.is_err());
     rig.assert_script_done();
     assert_eq!(rig.reasons(), ["Provisioning", "ProvisioningFailed"]);
@@ -1137,6 +1180,7 @@ async fn a_deleted_clone_claims_cleanup_holds_its_source_before_naming_it() {
         // The source's volume, made beforehand (not counted below).
         let source = rig
             .ctx
+            .shared
             .csi
             .create_volume({
                 use crate::csi::pb;
@@ -1329,7 +1373,7 @@ async fn a_snapshot_keeps_its_protection_while_another_claim_restores_from_it() 
         "another claim waits: the protection stays"
     );
     rig.ctx_mut();
-    rig.ctx.claims.mark_pv_saved("other-uid");
+    rig.ctx.memory.mark_pv_saved("other-uid");
     rig.then(vec![
         ("GET volumesnapshots/snap", snap.clone()),
         (PUT_SNAPSHOT, snap),
@@ -1447,7 +1491,7 @@ async fn the_snapshot_sweep_waits_for_the_claim_cache() {
     .await;
     let stop = tokio_util::sync::CancellationToken::new();
     let sweep = tokio::spawn(crate::controller::snapshot_sweep::run(
-        rig.ctx.clone(),
+        crate::controller::snapshot_sweep::Sweep::of(&rig.ctx),
         Duration::from_secs(3600),
         stop.clone(),
     ));
@@ -1737,6 +1781,7 @@ async fn a_clone_source_waits_for_its_pending_clone_then_lets_go() {
     assert_eq!(rig.reasons(), Vec::<String>::new());
     let failed = rig
         .ctx
+        .shared
         .metrics
         .provision_failed_total
         .get_or_create(&super::error::labels(&source))
@@ -1755,7 +1800,7 @@ async fn a_clone_source_waits_for_its_pending_clone_then_lets_go() {
         (GET_CLAIM, claim_object(&source)),
         (PUT_CLAIM, claim_object(&source)),
     ]);
-    rig.ctx.claims.expire_hold(ClaimView(&source).uid());
+    rig.ctx.memory.expire_hold(ClaimView(&source).uid());
     let r = rig.reconcile(&source).await;
     assert!(r.is_ok(), "{r:?} after {:?}", rig.seen());
     rig.assert_script_done();
@@ -1777,7 +1822,7 @@ async fn a_clone_source_waits_for_its_pending_clone_then_lets_go() {
 async fn a_leader_whose_lease_ran_out_during_create_volume_does_not_save_the_pv() {
     let c = claim();
     let mut rig = Rig::basic(vec![(PUT_CLAIM, answer(&c, "8"))]).await;
-    rig.ctx_mut().leader = crate::kube::LeaderGate::open_for(Duration::from_millis(300));
+    rig.shared_mut().leader = crate::kube::LeaderGate::open_for(Duration::from_millis(300));
     rig.driver
         .set_fault("CreateVolume", Fault::Latency { ms: 900 })
         .await
@@ -1790,7 +1835,7 @@ async fn a_leader_whose_lease_ran_out_during_create_volume_does_not_save_the_pv(
     // The next leader: its fenced write, then the save of the volume the
     // driver made, found without asking again.
     rig.driver.clear_faults().await.unwrap();
-    rig.ctx_mut().leader = crate::kube::LeaderGate::always();
+    rig.shared_mut().leader = crate::kube::LeaderGate::always();
     rig.then(vec![
         (PUT_CLAIM, answer(&c, "9")),
         (post_pv(), created_pv()),

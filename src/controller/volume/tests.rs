@@ -21,16 +21,15 @@ use kube::runtime::controller::Action;
 use kube::runtime::{reflector, watcher};
 use serde_json::{Value, json};
 
-use super::VolumeError;
 use super::decide::fixtures::PvFixture;
+use super::{Attachments, Context, VolumeError, VolumeMemory};
+use crate::controller::Shared;
 use crate::controller::node::{NodeMode, Placement};
 use crate::controller::scripted::{Bench, Reply, Step};
-use crate::controller::{Attachments, Context};
 use crate::csi::pb::volume_capability::access_mode::Mode;
 use crate::csi::pb::volume_capability::{AccessMode, AccessType, MountVolume};
 use crate::csi::{DriverCapabilities, pb};
 use crate::keys;
-use crate::kube::slim::Claim;
 use crate::kube::{LeaderGate, Listed};
 use crate::metrics::VolumeLabels;
 
@@ -70,11 +69,20 @@ fn caps(publish: bool) -> DriverCapabilities {
     }
 }
 
+/// The volume path's context on `bench`: an empty class cache, a fresh
+/// memory, the VolumeAttachment cache if the driver publishes volumes.
+fn context(bench: &Bench, caps: DriverCapabilities, attachments: Option<Attachments>) -> Context {
+    Context {
+        shared: Arc::new(bench.shared(caps, reflector::store().0)),
+        memory: VolumeMemory::new(Duration::from_secs(1), Duration::from_secs(300)),
+        attachments,
+    }
+}
+
 impl Rig {
     async fn new(steps: Vec<Step>) -> Rig {
         let bench = Bench::start(steps).await;
-        let (claims, _) = reflector::store::<Claim>();
-        let ctx = bench.context(caps(false), claims, Listed::done());
+        let ctx = context(&bench, caps(false), None);
         Rig {
             ctx: Arc::new(ctx),
             attachments: None,
@@ -86,13 +94,12 @@ impl Rig {
     /// has had its first list.
     async fn publishing(steps: Vec<Step>) -> Rig {
         let bench = Bench::start(steps).await;
-        let (claims, _) = reflector::store::<Claim>();
-        let mut ctx = bench.context(caps(true), claims, Listed::done());
         let (store, writer) = reflector::store::<VolumeAttachment>();
-        ctx.caches.attachments = Some(Attachments {
+        let attachments = Attachments {
             store,
             listed: Listed::done(),
-        });
+        };
+        let ctx = context(&bench, caps(true), Some(attachments));
         Rig {
             ctx: Arc::new(ctx),
             attachments: Some(writer),
@@ -100,14 +107,17 @@ impl Rig {
         }
     }
 
-    fn ctx_mut(&mut self) -> &mut Context {
-        Arc::get_mut(&mut self.ctx).expect("the context is not shared yet")
+    /// The shared part, changed before any reconcile holds it.
+    fn shared_mut(&mut self) -> &mut Shared {
+        let ctx = Arc::get_mut(&mut self.ctx).expect("the context is not shared yet");
+        Arc::get_mut(&mut ctx.shared).expect("the shared part is not shared yet")
     }
 
     /// A backend volume made for the PV; its handle.
     async fn volume(&self) -> String {
         let made = self
             .ctx
+            .shared
             .csi
             .create_volume(pb::CreateVolumeRequest {
                 name: "pvc-1".into(),
@@ -136,13 +146,13 @@ impl Rig {
                 Err(e)
             }
         };
-        self.ctx.recorder.flush(Duration::from_secs(5)).await;
+        self.ctx.shared.recorder.flush(Duration::from_secs(5)).await;
         r
     }
 
     /// The same, once the backoff of an earlier failure has passed.
     async fn retry(&self, pv: &PvFixture) -> Result<Next, VolumeError> {
-        self.ctx.volumes.expire_hold(&pv.0.uid().unwrap());
+        self.ctx.memory.expire_hold(&pv.0.uid().unwrap());
         self.reconcile(pv).await
     }
 
@@ -175,6 +185,7 @@ impl Rig {
 
     fn deleted_total(&self) -> u64 {
         self.ctx
+            .shared
             .metrics
             .delete_total
             .get_or_create(&VolumeLabels {
@@ -185,6 +196,7 @@ impl Rig {
 
     fn failed_total(&self) -> u64 {
         self.ctx
+            .shared
             .metrics
             .delete_failed_total
             .get_or_create(&VolumeLabels {
@@ -480,7 +492,7 @@ async fn a_deletion_waits_for_the_detach_and_goes_on_when_it_ends() {
 #[tokio::test]
 async fn a_replica_that_is_not_the_leader_touches_nothing_and_holds_nothing_back() {
     let mut rig = Rig::new(vec![]).await;
-    rig.ctx_mut().leader = LeaderGate::never();
+    rig.shared_mut().leader = LeaderGate::never();
     let h = rig.volume().await;
     let r = rig.reconcile(&released(&h)).await;
     assert!(matches!(r, Err(VolumeError::NotLeader)), "{r:?}");
@@ -554,7 +566,7 @@ async fn the_finalizer_follows_the_reclaim_policy() {
 #[tokio::test]
 async fn another_nodes_pv_is_left_to_that_node() {
     let mut rig = Rig::new(vec![]).await;
-    rig.ctx_mut().place = Placement::Node(NodeMode {
+    rig.shared_mut().place = Placement::Node(NodeMode {
         name: "n1".into(),
         topology: Some([("zone".to_string(), "a".to_string())].into()),
         immediate_binding: true,
