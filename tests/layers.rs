@@ -695,10 +695,12 @@ fn the_reader_sees_what_the_layers_are_made_of() {
     // The parser finds the imports it is meant to find: a grouped `use crate::{…}`, a
     // `super::` path, an inline path, and none in a comment, a string or a test module.
     let graph = graph();
-    assert!(!graph.contains_key("src/controller/claim/tests.rs"));
+    assert!(!graph.contains_key("src/controller/claim/tests/mod.rs"));
+    assert!(!graph.contains_key("src/controller/claim/tests/rig.rs"));
     assert!(!graph.contains_key("src/provision/migration/tests/mod.rs"));
     assert!(!graph.contains_key("src/provision/migration/tests/rbd.rs"));
-    assert!(!graph.contains_key("src/controller/volume/tests.rs"));
+    assert!(!graph.contains_key("src/controller/volume/tests/mod.rs"));
+    assert!(!graph.contains_key("src/controller/volume/tests/rig.rs"));
     let volume = &graph["src/controller/volume/delete.rs"];
     for want in [
         "src/keys.rs",

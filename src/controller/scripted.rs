@@ -3,7 +3,7 @@
 //! failure status, or an answer that never arrives), the CSI driver is the
 //! real test driver on a unix socket. The bench builds the part every
 //! controller shares; the claim path's rig (`claim/tests/`) and the volume
-//! path's (`volume/tests.rs`) each add their own context to it.
+//! path's (`volume/tests/`) each add their own context to it.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
