@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use tonic::Status;
 use tracing::warn;
 
-use super::Context;
+use super::Shared;
 use crate::provision::SecretRef;
 
 #[derive(Debug, thiserror::Error)]
@@ -26,16 +26,17 @@ pub enum DeleteError {
 /// `migrated`: the volume is an in-tree PV's, translated (labelled so in the
 /// driver-call metrics, as upstream).
 pub async fn delete_volume(
-    ctx: &Context,
+    shared: &Shared,
     handle: &str,
     secret: Option<&SecretRef>,
     migrated: bool,
 ) -> Result<(), DeleteError> {
-    let secrets = secret_data_or_none(ctx, secret).await;
-    if !ctx.leader.is_leader() {
+    let secrets = secret_data_or_none(shared, secret).await;
+    if !shared.leader.is_leader() {
         return Err(DeleteError::NotLeader);
     }
-    ctx.csi
+    shared
+        .csi
         .for_migrated(migrated)
         .delete_volume(handle, secrets)
         .await
@@ -45,13 +46,13 @@ pub async fn delete_volume(
 /// The data of `secret`, or none if there is none or it cannot be read (said
 /// in the log; whatever goes on without it is best effort).
 pub async fn secret_data_or_none(
-    ctx: &Context,
+    shared: &Shared,
     secret: Option<&SecretRef>,
 ) -> HashMap<String, String> {
     let Some(r) = secret else {
         return HashMap::new();
     };
-    ctx.secret_data(r).await.unwrap_or_else(|e| {
+    shared.secret_data(r).await.unwrap_or_else(|e| {
         let secret = format!("{}/{}", r.namespace, r.name);
         warn!(%secret, error = %e, "going on without the provisioner secret");
         HashMap::new()

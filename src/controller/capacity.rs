@@ -35,9 +35,10 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::Context;
+use super::node::Placement;
 use crate::capacity::{self, Answer, Change, Item};
 use crate::config::{CapacityConfig, CapacityOwner};
+use crate::csi::CsiClient;
 use crate::kube::{api_message, is_not_found};
 
 /// Upstream's gauges (ALPHA), registered only with `--enable-capacity`.
@@ -168,15 +169,21 @@ pub async fn owner(
     Ok(current)
 }
 
-/// What a pass needs besides the shared context.
+/// What a pass needs.
 pub struct Tracker {
-    pub ctx: Arc<Context>,
+    pub csi: CsiClient,
+    /// Our driver's name.
+    pub driver: String,
+    /// Where this replica runs: which segments it reports.
+    pub place: Placement,
+    /// The StorageClass cache (`Shared::classes`).
+    pub classes: Store<StorageClass>,
     /// The client of `--kube-api-capacity-qps/-burst`.
     pub client: Client,
     pub config: CapacityConfig,
     pub owner: Option<OwnerReference>,
     pub gauges: Gauges,
-    /// Poked after provisioning and deletion (`Context::capacity`).
+    /// Poked after provisioning and deletion (`Shared::capacity`).
     pub trigger: Arc<Notify>,
     /// The `managed-by` label of our objects ([`capacity::managed_by`]).
     pub managed_by: String,
@@ -187,7 +194,7 @@ pub async fn run(tracker: Tracker, stop: CancellationToken) {
     let (nodes, node_writer) = reflector::store();
     // With `--node-deployment` the segment is this node's: no CSINode or
     // Node is watched (as upstream).
-    let central = tracker.ctx.place.reads_cluster_topology();
+    let central = tracker.place.reads_cluster_topology();
     tokio::select! {
         _ = watches(&tracker, csinode_writer, node_writer, central) => {}
         _ = passes(&tracker, &csinodes, &nodes, central, &stop) => {}
@@ -228,7 +235,7 @@ async fn watches(
     let poke_deleted = poke(changed);
     let objects = watcher(
         Api::<CSIStorageCapacity>::namespaced(client.clone(), &tracker.config.namespace),
-        watcher::Config::default().labels(&selector(&tracker.ctx.driver.name, &tracker.managed_by)),
+        watcher::Config::default().labels(&selector(&tracker.driver, &tracker.managed_by)),
     )
     .default_backoff()
     .filter(|event| {
@@ -295,8 +302,7 @@ async fn pass(
     csinodes: &Store<CSINode>,
     nodes: &Store<PartialObjectMeta<Node>>,
 ) {
-    let ctx = &tracker.ctx;
-    let driver = &ctx.driver.name;
+    let driver = &tracker.driver;
     let csinodes: Vec<CSINode> = csinodes.state().iter().map(|c| (**c).clone()).collect();
     let labels: BTreeMap<String, BTreeMap<String, String>> = nodes
         .state()
@@ -305,11 +311,10 @@ async fn pass(
         .collect();
     // One sidecar per node: its one segment, from `NodeGetInfo` (upstream's
     // fixed node topology); no CSINode or Node is read.
-    let segments = ctx
+    let segments = tracker
         .place
         .capacity_segments(|| capacity::segments(driver, &csinodes, &labels));
-    let classes: Vec<StorageClass> = ctx
-        .caches
+    let classes: Vec<StorageClass> = tracker
         .classes
         .state()
         .iter()
@@ -321,7 +326,7 @@ async fn pass(
         driver,
         tracker.config.for_immediate_binding,
     );
-    let answers = ask_driver(ctx, items, &classes).await;
+    let answers = ask_driver(&tracker.csi, items, &classes).await;
     let api =
         Api::<CSIStorageCapacity>::namespaced(tracker.client.clone(), &tracker.config.namespace);
     let existing = match api
@@ -353,7 +358,7 @@ async fn pass(
 /// `GetCapacity` for each item, with its class's parameters and its segment;
 /// `None` where the call failed (that item's object is then left as it is).
 async fn ask_driver(
-    ctx: &Context,
+    csi: &CsiClient,
     items: Vec<Item>,
     classes: &[StorageClass],
 ) -> Vec<(Item, Option<Answer>)> {
@@ -368,7 +373,7 @@ async fn ask_driver(
             .collect();
         let segment = (!item.segment.is_empty())
             .then(|| item.segment.clone().into_iter().collect::<HashMap<_, _>>());
-        let answer = match ctx.csi.get_capacity(parameters, segment).await {
+        let answer = match csi.get_capacity(parameters, segment).await {
             Ok(r) => Some(Answer {
                 available: r.available_capacity,
                 maximum_volume_size: r.maximum_volume_size,
@@ -395,7 +400,7 @@ async fn apply(
             let object = capacity::object(
                 item,
                 *answer,
-                &tracker.ctx.driver.name,
+                &tracker.driver,
                 &tracker.managed_by,
                 &tracker.config.namespace,
                 owner,

@@ -6,6 +6,11 @@
 //! object at a time, deduplicated triggers, bounded concurrency. What it lacks
 //! — per-object exponential backoff that the object's own updates do not cut
 //! short — lives in [`memory`].
+//!
+//! Each controller has its own context (`claim::Context`, `volume::Context`):
+//! its memory, its caches, its bounds, and the [`Shared`] part every
+//! controller reads. The tasks beside them (capacity, the snapshot sweep)
+//! take only the parts they use.
 
 pub mod backend;
 pub mod capacity;
@@ -23,99 +28,39 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, Secret};
-use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Client;
-use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::Store;
 
 use crate::csi::CsiClient;
-use crate::kube::slim::{Claim, Pv};
-use crate::kube::watch::Progress;
-use crate::kube::{EventRecorder, LeaderGate, Listed};
+use crate::kube::slim::Pv;
+use crate::kube::{EventRecorder, LeaderGate};
 use crate::metrics::Metrics;
-use crate::provision::{DriverInfo, ProvisionOptions, SecretRef};
-use claim::intent::IntentMode;
-use claim::{ClaimMemory, IntentReleaser};
+use crate::provision::{DriverInfo, SecretRef};
 
-/// Everything the reconcilers share. Built once in `run`.
-pub struct Context {
+/// What every controller shares: the clients, who the driver is, where this
+/// replica runs, how it reports, and the class cache. Built once in `run`;
+/// each controller's own state is in its context (`claim::Context`,
+/// `volume::Context`), which holds this one.
+pub struct Shared {
     /// The work lane of the API client: every step of provisioning and deletion.
     pub client: Client,
     pub csi: CsiClient,
     pub driver: DriverInfo,
-    pub options: ProvisionOptions,
+    /// Where this replica runs: centrally, or one per node (`--node-deployment`).
+    pub place: node::Placement,
     /// Events, sent in the background lane.
     pub recorder: EventRecorder,
     pub metrics: Arc<Metrics>,
     pub leader: LeaderGate,
-    pub caches: Caches,
-    /// What the claim path remembers, per claim UID.
-    pub claims: Arc<ClaimMemory>,
-    /// Releases of intents that are no longer needed, in the background lane.
-    pub intents: IntentReleaser,
-    /// Who makes the provisioning intent durable: the sidecar or the control plane.
-    pub intent: IntentMode,
-    /// What the volume path remembers.
-    pub volumes: VolumeMemory,
+    /// StorageClasses, for finding work, never for deciding an irreversible
+    /// act (DESIGN §2.2): a claim's class, the provisioner secret of a PV
+    /// from before the deletion-secret annotations.
+    pub classes: Store<StorageClass>,
     /// With `--enable-capacity`: poked when a volume was provisioned or
     /// deleted, so that the capacity objects follow at once.
     pub capacity: Option<Arc<tokio::sync::Notify>>,
-    /// `--cloning-protection-threads`: how many removals of the cloning
-    /// protection run at once (the workers of upstream's cloning-protection
-    /// controller; here the claim workers do the work, this bounds it).
-    pub clone_releases: tokio::sync::Semaphore,
-    /// Where this replica runs: centrally, or one per node (`--node-deployment`).
-    pub place: node::Placement,
-    /// `--worker-threads`: how many claims are in `CreateVolume` and the PV
-    /// save at once (what upstream's workers bound), taken first come first
-    /// served once a claim's check is done; the checks themselves wait for no
-    /// permit, so they overlap the creates in flight.
-    pub creates: tokio::sync::Semaphore,
-}
-
-/// The reflector caches: for finding work, never for deciding an
-/// irreversible act (DESIGN §2.2).
-pub struct Caches {
-    pub classes: Store<StorageClass>,
-    /// PVs in their slim shape. Trusted for one answer only: a PV seen bound
-    /// to a claim's UID did exist.
-    pub volumes: Store<Pv>,
-    /// The PV cache holds its first list (wakes any number of waiters, which
-    /// `Store::wait_until_ready` does not).
-    pub volumes_listed: Listed,
-    pub claims: Store<Claim>,
-    /// The claim cache holds its first list: before it, the cache cannot say
-    /// that no claim waits for something.
-    pub claims_listed: Listed,
-    /// How far the claim cache has caught up with the API server.
-    pub claims_progress: Progress,
-    /// VolumeAttachments, for a driver with `PUBLISH_UNPUBLISH_VOLUME` only:
-    /// a PV one of them still names is not deleted yet (upstream's `vaLister`).
-    pub attachments: Option<Attachments>,
-    /// Namespaces, metadata only and trimmed to the listed keys, when a
-    /// request carries namespace metadata (`--extra-create-metadata-namespace-*`).
-    pub namespaces: Option<Store<PartialObjectMeta<Namespace>>>,
-    /// CSINodes and Nodes (metadata only), when claims get accessibility
-    /// requirements from the cluster (`provision::topology::served`, a
-    /// central replica).
-    pub topology: Option<topology::TopologyCaches>,
-}
-
-/// The VolumeAttachment cache and whether its first list is in.
-pub struct Attachments {
-    pub store: Store<VolumeAttachment>,
-    pub listed: Listed,
-}
-
-/// What the volume path remembers, per PV UID.
-pub type VolumeMemory = memory::Memory<VolumeEntry>;
-
-#[derive(Default)]
-pub struct VolumeEntry {
-    /// This process finished the PV's deletion, so a stale cached copy that
-    /// still shows it Released with our finalizer costs no second read.
-    pub deleted: bool,
 }
 
 /// The UID of the claim a PV is bound (or pre-bound) to.
@@ -134,7 +79,7 @@ pub fn retry_delay(start: Duration, max: Duration, failures: u32) -> Duration {
         .min(max)
 }
 
-impl Context {
+impl Shared {
     /// Tells the capacity tracker (if any) that a volume came or went.
     pub fn capacity_changed(&self) {
         if let Some(trigger) = &self.capacity {

@@ -23,7 +23,7 @@ use crate::provision::ClaimView;
 
 /// This replica's node: its name (`NODE_NAME`) and what the driver's
 /// `NodeGetInfo` said about it.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeMode {
     pub name: String,
     /// The node's topology segment; `None`: the driver reported none.
@@ -41,6 +41,7 @@ pub struct NodeMode {
 /// or as one sidecar per node (`--node-deployment`). The one place that
 /// answers "is this claim mine", "may I delete this PV" and "which topology
 /// segment am I".
+#[derive(Clone)]
 pub enum Placement {
     Central,
     Node(NodeMode),

@@ -1,9 +1,9 @@
 //! The in-process bench both controllers' sequences are tested on: the API
 //! server is a script (each expected request and its answer: an object, a
 //! failure status, or an answer that never arrives), the CSI driver is the
-//! real test driver on a unix socket. The claim path's rows
-//! (`claim/tests.rs`) and the volume path's (`volume/tests.rs`) build their
-//! contexts on it.
+//! real test driver on a unix socket. The bench builds the part every
+//! controller shares; the claim path's rig (`claim/tests/`) and the volume
+//! path's (`volume/tests/`) each add their own context to it.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -14,20 +14,19 @@ use csi_test_driver::Args as DriverArgs;
 use csi_test_driver::control::Client as DriverControl;
 use http_body_util::BodyExt;
 use hyper::body::Bytes;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::watcher;
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::runtime::reflector::Store;
 use serde_json::{Value, json};
 
-use super::claim::decide::fixtures::{DRIVER, class};
-use super::claim::intent::IntentMode;
-use super::claim::{ClaimMemory, IntentReleaser};
+use super::Shared;
 use super::node::Placement;
-use super::{Caches, Context, VolumeMemory};
 use crate::csi::{CsiClient, DriverCapabilities};
-use crate::kube::slim::{Claim, Pv};
-use crate::kube::{EventRecorder, LeaderGate, Listed};
+use crate::kube::{EventRecorder, LeaderGate};
 use crate::metrics::Metrics;
-use crate::provision::{DriverInfo, ProvisionOptions};
+use crate::provision::DriverInfo;
+
+/// The test driver's name, as both paths' fixtures name it.
+pub const DRIVER: &str = "d";
 
 /// An answer of the scripted API server.
 #[derive(Clone)]
@@ -186,33 +185,20 @@ impl Bench {
         }
     }
 
-    /// A context on this bench: the class cache holds an Immediate class of
-    /// the driver, the claim cache is `claims`, every other cache is empty.
-    pub fn context(
-        &self,
-        caps: DriverCapabilities,
-        claims: Store<Claim>,
-        claims_listed: Listed,
-    ) -> Context {
-        let (classes, mut writer) = reflector::store();
-        writer.apply_watcher_event(&watcher::Event::Apply(class(DRIVER, "Immediate")));
-        let (volumes, _) = reflector::store::<Pv>();
-        let memory = Arc::new(ClaimMemory::new(
-            Duration::from_secs(1),
-            Duration::from_secs(300),
-        ));
-        let client = self.client.clone();
-        Context {
-            intents: IntentReleaser::start(client.clone(), memory.clone(), claims.clone()),
+    /// The shared part of a context on this bench: a central replica,
+    /// always the leader, no capacity tracking, the class cache `classes`.
+    pub fn shared(&self, caps: DriverCapabilities, classes: Store<StorageClass>) -> Shared {
+        Shared {
+            client: self.client.clone(),
             csi: self.csi.clone(),
             driver: DriverInfo {
                 name: DRIVER.into(),
                 identity: "id".into(),
                 capabilities: caps,
             },
-            options: ProvisionOptions::default(),
+            place: Placement::Central,
             recorder: EventRecorder::new(
-                client.clone(),
+                self.client.clone(),
                 "test",
                 "",
                 Default::default(),
@@ -220,25 +206,8 @@ impl Bench {
             ),
             metrics: self.metrics.clone(),
             leader: LeaderGate::always(),
-            caches: Caches {
-                classes,
-                volumes,
-                volumes_listed: Listed::done(),
-                claims,
-                claims_listed,
-                claims_progress: Default::default(),
-                attachments: None,
-                namespaces: None,
-                topology: None,
-            },
-            claims: memory,
-            intent: IntentMode::Write,
-            volumes: VolumeMemory::new(Duration::from_secs(1), Duration::from_secs(300)),
+            classes,
             capacity: None,
-            clone_releases: tokio::sync::Semaphore::new(1),
-            place: Placement::Central,
-            creates: tokio::sync::Semaphore::new(2),
-            client,
         }
     }
 

@@ -10,23 +10,51 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::ListParams;
-use kube::{Api, ResourceExt};
+use kube::runtime::reflector::Store;
+use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::Context;
-use super::claim::snapshot_awaited;
+use super::claim::{self, ClaimMemory, snapshot_awaited};
 use crate::keys;
-use crate::kube::has_finalizer;
+use crate::kube::slim::Claim;
 use crate::kube::snapshot::{VolumeSnapshot, unprotect};
+use crate::kube::{LeaderGate, Listed, has_finalizer};
+
+/// What the sweep reads and writes with: the claim path's view of which
+/// claims may still restore, and the API client behind the leader gate.
+pub struct Sweep {
+    /// The work lane of the API client.
+    pub client: Client,
+    pub leader: LeaderGate,
+    /// The claim cache, and whether it holds its first list.
+    pub claims: Store<Claim>,
+    pub claims_listed: Listed,
+    /// The claim path's memory: a claim saved or cleaned up by this process
+    /// waits for no snapshot, whatever the cache still shows.
+    pub memory: Arc<ClaimMemory>,
+}
+
+impl Sweep {
+    /// The sweep of the claim path running in `claims`.
+    pub fn of(claims: &claim::Context) -> Sweep {
+        Sweep {
+            client: claims.shared.client.clone(),
+            leader: claims.shared.leader.clone(),
+            claims: claims.caches.claims.clone(),
+            claims_listed: claims.caches.claims_listed.clone(),
+            memory: claims.memory.clone(),
+        }
+    }
+}
 
 /// Sweeps every `every` until `stop`, the first time once the claim cache
 /// holds its first list: before that it shows no claim waiting for any
 /// snapshot, and a sweep right after a start or a change of leader would take
 /// the protection off the snapshots of pending restores.
-pub async fn run(ctx: Arc<Context>, every: Duration, stop: CancellationToken) {
+pub async fn run(ctx: Sweep, every: Duration, stop: CancellationToken) {
     tokio::select! {
-        _ = ctx.caches.claims_listed.wait() => {}
+        _ = ctx.claims_listed.wait() => {}
         _ = stop.cancelled() => return,
     }
     let mut tick = tokio::time::interval(every);
@@ -39,7 +67,7 @@ pub async fn run(ctx: Arc<Context>, every: Duration, stop: CancellationToken) {
     }
 }
 
-async fn sweep(ctx: &Context) {
+async fn sweep(ctx: &Sweep) {
     if !ctx.leader.is_leader() {
         return;
     }
@@ -59,7 +87,7 @@ async fn sweep(ctx: &Context) {
     {
         let namespace = snapshot.namespace().unwrap_or_default();
         let name = snapshot.name_any();
-        if snapshot_awaited(ctx, snapshot, None) {
+        if snapshot_awaited(&ctx.claims, &ctx.memory, snapshot, None) {
             debug!(snapshot = %name, %namespace, "snapshot sweep: a pending claim restores from it");
             continue;
         }

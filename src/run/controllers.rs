@@ -1,7 +1,8 @@
-//! The controllers and what they run on: the caches, the context the
-//! reconcilers share, the claim and volume controllers built the one way
-//! ([`Runner::controller`]), and the tasks beside them (the snapshot-source
-//! sweep, capacity tracking), each a task of its own.
+//! The controllers and what they run on: the caches, the part every
+//! controller shares and each one's own context, the claim and volume
+//! controllers built the one way ([`Runner::controller`]), and the tasks
+//! beside them (the snapshot-source sweep, capacity tracking), each a task of
+//! its own.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -31,10 +32,10 @@ use super::watch::{Cached, cached_stream, drop_managed_fields, source_stream};
 use crate::config::{CapacityConfig, MetadataConfig};
 use crate::controller::claim::intent::IntentMode;
 use crate::controller::claim::{ClaimMemory, IntentReleaser};
+use crate::controller::snapshot_sweep::Sweep;
 use crate::controller::topology::{self, TopologyCaches};
-use crate::controller::{
-    Attachments, Caches, Context, VolumeMemory, capacity, claim, queue, snapshot_sweep, volume,
-};
+use crate::controller::volume::{Attachments, VolumeMemory};
+use crate::controller::{Shared, capacity, claim, queue, snapshot_sweep, volume};
 use crate::kube::clock::WriteClock;
 use crate::kube::fresh::{self, Freshness, FreshnessConfig};
 use crate::kube::slim::{Claim, Pv};
@@ -71,10 +72,10 @@ pub(super) struct Parts {
     pub host: String,
 }
 
-/// The controllers started: the context they share, the StorageClass watch,
+/// The controllers started: the part they share, the StorageClass watch,
 /// and the work to run while leading (ends after a graceful stop).
 pub(super) struct Started<W> {
-    pub ctx: Arc<Context>,
+    pub shared: Arc<Shared>,
     pub classes: JoinHandle<()>,
     pub work: W,
 }
@@ -108,32 +109,24 @@ pub(super) async fn start(
     // Spawned now: claims wait for its first list as for the classes'.
     let (topology, topology_watch) =
         topology_cache(&clients.priority, &driver, &options, stop).unzip();
-    let caches = Caches {
-        classes,
-        volumes,
-        volumes_listed: Listed::default(),
-        claims,
-        claims_listed: Listed::default(),
-        claims_progress: Progress::default(),
-        attachments,
-        namespaces,
-        topology: topology.clone(),
-    };
-    let shared = Shared {
-        options,
+    let caches = claim_caches(volumes, claims, namespaces, topology.clone());
+    let reporting = Reporting {
         metrics: metrics.clone(),
         gate,
         host,
         capacity: capacity.as_ref().map(|c| c.trigger.clone()),
     };
-    let ctx = context(driver, &clients, &tuning, shared, caches);
-    export_claim_gauges(&metrics, &ctx);
+    let shared = shared(driver, &clients, reporting, classes);
+    let claim_ctx = claim_context(&shared, &clients, &tuning, options, caches);
+    let volume_ctx = volume_context(&shared, &tuning, attachments);
+    export_claim_gauges(&metrics, &claim_ctx);
 
     let runner = Runner::new(tuning.workers, &metrics, stop);
-    let (claims, volumes) = (
-        claim_controller(&runner, &ctx, &clients.priority, claim_writer),
-        volume_controller(&runner, &ctx, &clients.priority, volume_writer),
-    );
+    let priority = &clients.priority;
+    let claims = claim_controller(&runner, &claim_ctx, priority, claim_writer);
+    // The PV watch feeds the volume controller and fills the claim path's PV cache.
+    let pv_listed = claim_ctx.caches.volumes_listed.clone();
+    let volumes = volume_controller(&runner, &volume_ctx, pv_listed, priority, volume_writer);
 
     let classes = tokio::spawn(class_watch);
     first_lists(&classes_listed, topology.as_ref(), stop).await;
@@ -143,8 +136,8 @@ pub(super) async fn start(
     // reconcile in flight (up to --worker-threads) whenever its task wakes, so
     // sharing one task would make every PV event poll the claim reconciles
     // too, and the other way round. Dropped (a lost Lease), they are aborted.
-    let sweep = sweep(&ctx, tuning.snapshot_sweep, &clients.work, stop).await;
-    let tracker = capacity.map(|c| own_task(c.run(ctx.clone(), stop.clone())));
+    let sweep = sweep(&claim_ctx, tuning.snapshot_sweep, &clients.work, stop).await;
+    let tracker = capacity.map(|c| own_task(capacity::run(c.tracker(&shared), stop.clone())));
     let watches = futures::future::join3(
         OptionFuture::from(attachment_watch.map(own_task)),
         OptionFuture::from(namespace_watch.map(own_task)),
@@ -158,7 +151,11 @@ pub(super) async fn start(
         watches,
     )
     .map(|_| ());
-    Started { ctx, classes, work }
+    Started {
+        shared,
+        classes,
+        work,
+    }
 }
 
 /// Returns once the classes (and the topology caches, as upstream waits for
@@ -184,10 +181,10 @@ async fn first_lists(
 /// The claim controller, fed by the claim watch: first come, first served
 /// (`controller::queue`), twice `--worker-threads` claims at a time, so that
 /// the checks of the next claims overlap the creates in flight (which
-/// `--worker-threads` bounds, as upstream's workers do: `Context::creates`).
+/// `--worker-threads` bounds, as upstream's workers do: `claim::Context::creates`).
 fn claim_controller(
     runner: &Runner,
-    ctx: &Arc<Context>,
+    ctx: &Arc<claim::Context>,
     watches: &Client,
     writer: reflector::store::Writer<Claim>,
 ) -> impl Future<Output = ()> + Send + use<> {
@@ -202,16 +199,18 @@ fn claim_controller(
     until_done_or_stopped_unready(run, store, runner.stop.clone())
 }
 
-/// The volume controller, fed by the PV watch.
+/// The volume controller, fed by the PV watch (which also fills the claim
+/// path's PV cache: `listed` says when its first list is in).
 fn volume_controller(
     runner: &Runner,
-    ctx: &Arc<Context>,
+    ctx: &Arc<volume::Context>,
+    listed: Listed,
     watches: &Client,
     writer: reflector::store::Writer<Pv>,
 ) -> impl Future<Output = ()> + Send + use<> {
     runner.controller(
         "volumes",
-        volume_watch(ctx, watches, writer),
+        volume_watch(ctx, listed, watches, writer),
         volume::reconcile,
         volume::error_policy,
         ctx.clone(),
@@ -219,8 +218,8 @@ fn volume_controller(
 }
 
 /// The claim gauges, read from the claim cache at scrape time.
-fn export_claim_gauges(metrics: &Metrics, ctx: &Context) {
-    let (store, driver) = (ctx.caches.claims.clone(), ctx.driver.name.clone());
+fn export_claim_gauges(metrics: &Metrics, ctx: &claim::Context) {
+    let (store, driver) = (ctx.caches.claims.clone(), ctx.shared.driver.name.clone());
     metrics.read_claims_from(move || {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -230,9 +229,9 @@ fn export_claim_gauges(metrics: &Metrics, ctx: &Context) {
     });
 }
 
-/// What the context takes besides the driver, the clients and the caches.
-struct Shared {
-    options: ProvisionOptions,
+/// What the shared part takes besides the driver, the clients and the class
+/// cache: how the controllers report, and whether they may act.
+struct Reporting {
     metrics: Arc<Metrics>,
     gate: LeaderGate,
     host: String,
@@ -240,39 +239,18 @@ struct Shared {
     capacity: Option<Arc<Notify>>,
 }
 
-/// The context every reconciler shares.
-fn context(
+/// The part every controller shares.
+fn shared(
     driver: Driver,
     clients: &Clients,
-    tuning: &Tuning,
-    shared: Shared,
-    caches: Caches,
-) -> Arc<Context> {
+    reporting: Reporting,
+    classes: reflector::Store<StorageClass>,
+) -> Arc<Shared> {
     let Driver { csi, info, place } = driver;
-    let intent = if tuning.admission_intent {
-        IntentMode::Admission(Freshness::start(FreshnessConfig {
-            client: clients.priority.clone(),
-            progress: caches.claims_progress.clone(),
-            bucket: clients.bucket.clone(),
-            metrics: shared.metrics.clone(),
-            driver: info.name.clone(),
-            catch_up: fresh::catch_up_for(clients.bucket.as_ref().map(SharedBucket::qps)),
-            min_round: 2,
-            clock: WriteClock::new(tuning.freshness_from_writes),
-        }))
-    } else {
-        IntentMode::Write
-    };
-    let claims = Arc::new(ClaimMemory::new(tuning.retry_start, tuning.retry_max));
     // Upstream's event source: `<driver>_<hostname>_<uuid>`, no host.
-    let component = format!("{}_{}_{}", info.name, shared.host, random_uuid());
+    let component = format!("{}_{}_{}", info.name, reporting.host, random_uuid());
     info!(%component, "recording events");
-    let intents = IntentReleaser::start(
-        clients.background.clone(),
-        claims.clone(),
-        caches.claims.clone(),
-    );
-    Arc::new(Context {
+    Arc::new(Shared {
         client: clients.work.clone(),
         csi,
         recorder: EventRecorder::new(
@@ -280,20 +258,87 @@ fn context(
             &component,
             "",
             clients.activity.clone(),
-            shared.metrics.events_dropped.clone(),
+            reporting.metrics.events_dropped.clone(),
         ),
         driver: info,
-        options: shared.options,
-        metrics: shared.metrics,
-        leader: shared.gate,
-        caches,
+        place,
+        metrics: reporting.metrics,
+        leader: reporting.gate,
+        classes,
+        capacity: reporting.capacity,
+    })
+}
+
+/// The claim path's caches: claims and PVs, and the namespace and topology
+/// caches when there are any.
+fn claim_caches(
+    volumes: reflector::Store<Pv>,
+    claims: reflector::Store<Claim>,
+    namespaces: Option<reflector::Store<PartialObjectMeta<Namespace>>>,
+    topology: Option<TopologyCaches>,
+) -> claim::Caches {
+    claim::Caches {
+        volumes,
+        volumes_listed: Listed::default(),
         claims,
+        claims_listed: Listed::default(),
+        claims_progress: Progress::default(),
+        namespaces,
+        topology,
+    }
+}
+
+/// The volume reconciler's context: the shared part, what the volume path
+/// remembers, and the VolumeAttachment cache when there is one.
+fn volume_context(
+    shared: &Arc<Shared>,
+    tuning: &Tuning,
+    attachments: Option<Attachments>,
+) -> Arc<volume::Context> {
+    Arc::new(volume::Context {
+        shared: shared.clone(),
+        memory: VolumeMemory::new(tuning.retry_start, tuning.retry_max),
+        attachments,
+    })
+}
+
+/// The claim reconciler's context: the shared part, and the claim path's
+/// options, caches, memory, intent and bounds.
+fn claim_context(
+    shared: &Arc<Shared>,
+    clients: &Clients,
+    tuning: &Tuning,
+    options: ProvisionOptions,
+    caches: claim::Caches,
+) -> Arc<claim::Context> {
+    let intent = if tuning.admission_intent {
+        IntentMode::Admission(Freshness::start(FreshnessConfig {
+            client: clients.priority.clone(),
+            progress: caches.claims_progress.clone(),
+            bucket: clients.bucket.clone(),
+            metrics: shared.metrics.clone(),
+            driver: shared.driver.name.clone(),
+            catch_up: fresh::catch_up_for(clients.bucket.as_ref().map(SharedBucket::qps)),
+            min_round: 2,
+            clock: WriteClock::new(tuning.freshness_from_writes),
+        }))
+    } else {
+        IntentMode::Write
+    };
+    let memory = Arc::new(ClaimMemory::new(tuning.retry_start, tuning.retry_max));
+    let intents = IntentReleaser::start(
+        clients.background.clone(),
+        memory.clone(),
+        caches.claims.clone(),
+    );
+    Arc::new(claim::Context {
+        shared: shared.clone(),
+        options,
+        caches,
+        memory,
         intents,
         intent,
-        volumes: VolumeMemory::new(tuning.retry_start, tuning.retry_max),
-        capacity: shared.capacity,
         clone_releases: tokio::sync::Semaphore::new(tuning.cloning_protection_threads.max(1)),
-        place,
         creates: tokio::sync::Semaphore::new(tuning.workers.max(1)),
     })
 }
@@ -465,11 +510,11 @@ fn only(
 /// Claims, in the claim cache: only those with work left, trimmed; a
 /// deleted claim is forgotten.
 fn claim_watch(
-    ctx: &Arc<Context>,
+    ctx: &Arc<claim::Context>,
     client: &Client,
     writer: reflector::store::Writer<Claim>,
 ) -> Watched<impl Stream<Item = Result<Claim, watcher::Error>> + Send + use<>, Claim> {
-    let memory = ctx.claims.clone();
+    let memory = ctx.memory.clone();
     let store = writer.as_reader();
     let stream = cached_stream::<Claim, _>(
         client,
@@ -483,9 +528,11 @@ fn claim_watch(
     Watched { stream, store }
 }
 
-/// PVs, in their slim shape; a deleted PV is forgotten.
+/// PVs, in their slim shape, `listed` once the first list is in; a deleted
+/// PV is forgotten.
 fn volume_watch(
-    ctx: &Arc<Context>,
+    ctx: &Arc<volume::Context>,
+    listed: Listed,
     client: &Client,
     writer: reflector::store::Writer<Pv>,
 ) -> Watched<impl Stream<Item = Result<Pv, watcher::Error>> + Send + use<>, Pv> {
@@ -494,11 +541,11 @@ fn volume_watch(
     let stream = cached_stream::<Pv, _>(
         client,
         writer,
-        ctx.caches.volumes_listed.clone(),
+        listed,
         Progress::default(),
         Pv::trim,
         |_| true,
-        move |event| volume::forget_deleted(&forget.volumes, event),
+        move |event| volume::forget_deleted(&forget.memory, event),
     );
     Watched { stream, store }
 }
@@ -605,32 +652,35 @@ impl Capacity {
         })
     }
 
-    async fn run(self, ctx: Arc<Context>, stop: CancellationToken) {
-        let managed_by = ctx.place.managed_by();
-        let tracker = capacity::Tracker {
-            ctx,
+    /// The tracker, reading the driver, the placement and the class cache
+    /// of `shared`.
+    fn tracker(self, shared: &Shared) -> capacity::Tracker {
+        capacity::Tracker {
+            csi: shared.csi.clone(),
+            driver: shared.driver.name.clone(),
+            place: shared.place.clone(),
+            classes: shared.classes.clone(),
             client: self.client,
             config: self.config,
             owner: self.owner,
             gauges: self.gauges,
             trigger: self.trigger,
-            managed_by,
-        };
-        capacity::run(tracker, stop).await
+            managed_by: shared.place.managed_by(),
+        }
     }
 }
 
 /// The orphan sweep of snapshot source protection, as upstream only when the
 /// driver restores snapshots and the API server serves them.
 async fn sweep(
-    ctx: &Arc<Context>,
+    ctx: &claim::Context,
     every: Option<Duration>,
     client: &Client,
     stop: &CancellationToken,
 ) -> OptionFuture<impl Future<Output = ()> + use<>> {
     let every = match every {
         Some(every)
-            if ctx.driver.capabilities.create_delete_snapshot
+            if ctx.shared.driver.capabilities.create_delete_snapshot
                 && serves_volume_snapshots(client).await =>
         {
             every
@@ -639,7 +689,7 @@ async fn sweep(
     };
     info!(?every, "sweeping orphaned snapshot source protection");
     Some(own_task(snapshot_sweep::run(
-        ctx.clone(),
+        Sweep::of(ctx),
         every,
         stop.clone(),
     )))

@@ -31,7 +31,7 @@ use crate::logging;
 use crate::metrics::Metrics;
 use crate::provision::ProvisionOptions;
 use clients::{Clients, serves_volume_attributes_class};
-use controllers::{Capacity, Parts, Started, Tuning};
+use controllers::{Capacity, Parts, Tuning};
 use leader::Leadership;
 
 /// Why the process stops with a non-zero code. Each is one line.
@@ -179,14 +179,14 @@ pub async fn run(cfg: Config, stop: CancellationToken) -> Result<(), FatalError>
         gate: leadership.gate.clone(),
         host,
     };
-    let Started { ctx, classes, work } = controllers::start(parts, &stop).await;
+    let started = controllers::start(parts, &stop).await;
     // Stop (SIGTERM) lets in-flight reconciles finish, then gives the Lease
     // up so a standby takes over at once; a lost Lease stops everything now.
-    let result = leadership.lead(work, &stop).await;
+    let result = leadership.lead(started.work, &stop).await;
     // Events of the last reconciles go out before the process does.
-    ctx.recorder.flush(Duration::from_secs(2)).await;
+    started.shared.recorder.flush(Duration::from_secs(2)).await;
     leadership.step_down(result.is_ok()).await;
-    classes.abort();
+    started.classes.abort();
     if let Err(e) = &result {
         error!(error = %e, "stopping");
     }

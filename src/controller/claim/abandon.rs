@@ -17,11 +17,12 @@ use kube::runtime::reflector::ObjectRef;
 use tonic::Code;
 use tracing::info;
 
+use super::Context;
 use super::decide::Answered;
 use super::error::ClaimError;
 use super::gather;
 use crate::controller::queue::Action;
-use crate::controller::{Context, backend, bound_claim_uid};
+use crate::controller::{backend, bound_claim_uid};
 use crate::csi::{classify, pb};
 use crate::keys;
 use crate::kube::update::{self, Edited};
@@ -41,7 +42,7 @@ pub async fn abandon(
         ctx.options.volume_name_uuid_length,
     )?;
     let saved = answered.pv_saved
-        || get_fresh(&ctx.pv_api(), &pv_name)
+        || get_fresh(&ctx.shared.pv_api(), &pv_name)
             .await
             .map_err(|source| ClaimError::Read {
                 what: "PersistentVolume",
@@ -52,7 +53,7 @@ pub async fn abandon(
         release_now(ctx, cached).await?;
         return Ok(Action::await_change());
     }
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), view.namespace());
+    let api = Api::<PersistentVolumeClaim>::namespaced(ctx.shared.client.clone(), view.namespace());
     let Some(mut claim) =
         get_fresh(&api, view.name())
             .await
@@ -64,7 +65,7 @@ pub async fn abandon(
         return Ok(Action::await_change());
     };
     let fresh = ClaimView(&claim);
-    if fresh.uid() != uid || !fresh.holds_intent() || !fresh.asks(&ctx.driver.name) {
+    if fresh.uid() != uid || !fresh.holds_intent() || !fresh.asks(&ctx.shared.driver.name) {
         return Ok(Action::await_change());
     }
     // The class is needed to rebuild the request, and its plan to name the
@@ -74,7 +75,7 @@ pub async fn abandon(
     let plan = class
         .as_ref()
         .ok()
-        .and_then(|class| provision::plan(&claim, class, &ctx.driver, &ctx.options).ok());
+        .and_then(|class| provision::plan(&claim, class, &ctx.shared.driver, &ctx.options).ok());
     let handle = match recorded_handle(fresh) {
         Some(h) => Some(h),
         None => match &plan {
@@ -95,12 +96,12 @@ pub async fn abandon(
             claim = recorded;
         }
         let secret = plan.as_ref().and_then(|p| p.provisioner_secret());
-        backend::delete_volume(ctx, &handle, secret, false)
+        backend::delete_volume(&ctx.shared, &handle, secret, false)
             .await
             .map_err(|e| ClaimError::deleting(&handle, e))?;
         info!(claim = %ClaimView(&claim).key(), volume = %handle, "deleted the volume of a claim deleted during provisioning");
     }
-    ctx.claims.forget_created(uid);
+    ctx.memory.forget_created(uid);
     // No volume is being made from the claim's snapshot any more.
     if let Some(source) = restored_snapshot(&claim) {
         super::protect::release_snapshot(ctx, &source, uid).await;
@@ -114,7 +115,7 @@ pub async fn abandon(
 /// (with a Warning saying why) rather than leak.
 fn class_of(ctx: &Context, claim: ClaimView) -> Result<Arc<StorageClass>, ClaimError> {
     let name = claim.class().unwrap_or_default();
-    ctx.caches
+    ctx.shared
         .classes
         .get(&ObjectRef::new(name))
         .ok_or_else(|| {
@@ -161,10 +162,10 @@ async fn find_volume(
     let Some(request) = gather::for_cleanup(ctx, claim, class, plan).await? else {
         return Ok(None);
     };
-    if !ctx.leader.is_leader() {
+    if !ctx.shared.leader.is_leader() {
         return Err(ClaimError::NotLeader);
     }
-    match ctx.csi.create_volume(request).await {
+    match ctx.shared.csi.create_volume(request).await {
         Ok(resp) => Ok(resp.volume.map(|v| v.volume_id).filter(|h| !h.is_empty())),
         // Same name, incompatible parameters (the class changed?): the handle
         // cannot be learned. Keep the claim rather than leak.
@@ -192,7 +193,7 @@ async fn record_handle(
     handle: &str,
 ) -> Result<Option<PersistentVolumeClaim>, ClaimError> {
     let view = ClaimView(claim);
-    let api = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), view.namespace());
+    let api = Api::<PersistentVolumeClaim>::namespaced(ctx.shared.client.clone(), view.namespace());
     let edited = update::edit(&api, view.name(), view.uid(), Some(claim.clone()), |c| {
         let annotations = c.metadata.annotations.get_or_insert_default();
         annotations.insert(keys::ANN_ABANDONED_HANDLE.to_string(), handle.to_string())
@@ -213,10 +214,11 @@ async fn record_handle(
 /// copy just read or written.
 async fn release_now(ctx: &Context, claim: &PersistentVolumeClaim) -> Result<(), ClaimError> {
     let view = ClaimView(claim);
-    if !view.holds_intent() || ctx.claims.intent_released(view.uid()) {
+    if !view.holds_intent() || ctx.memory.intent_released(view.uid()) {
         return Ok(());
     }
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), view.namespace());
+    let api: Api<PersistentVolumeClaim> =
+        Api::namespaced(ctx.shared.client.clone(), view.namespace());
     let known = Some(claim.clone());
     match update::edit(
         &api,
@@ -231,6 +233,6 @@ async fn release_now(ctx: &Context, claim: &PersistentVolumeClaim) -> Result<(),
         Err(e) if is_not_found(&e) || crate::kube::is_invalid(&e) => {}
         Err(e) => return Err(ClaimError::ReleaseIntent(e)),
     }
-    ctx.claims.mark_intent_released(view.uid());
+    ctx.memory.mark_intent_released(view.uid());
     Ok(())
 }

@@ -23,6 +23,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
+use super::Context;
 use super::decide::{Answered, still_creates};
 use super::error::{ClaimError, labels};
 use super::gather::{self, Ready};
@@ -30,7 +31,7 @@ use super::intent::{self, Confirmed, IntentMode};
 use super::protect;
 use crate::controller::node::NoRoom;
 use crate::controller::queue::Action;
-use crate::controller::{Context, backend, bound_claim_uid};
+use crate::controller::{backend, bound_claim_uid};
 use crate::csi::{CsiErrorClass, classify, pb};
 use crate::kube::{get_fresh, is_conflict, update};
 use crate::names::Reason;
@@ -47,9 +48,9 @@ pub async fn create(
     answered: Answered,
 ) -> Result<Action, ClaimError> {
     let view = ClaimView(cached);
-    ctx.claims.attempt_started(view.uid());
+    ctx.memory.attempt_started(view.uid());
     // As upstream: before every attempt, also one that then fails validation.
-    ctx.recorder.record(
+    ctx.shared.recorder.record(
         cached,
         Reason::Provisioning,
         &format!(
@@ -73,7 +74,12 @@ pub async fn create(
                 return carry_out(ctx, &copy, &claim, class, ready, answered.created).await;
             }
             Confirmed::Changed(fresh) => {
-                if !still_creates(ClaimView(&fresh), class, &ctx.driver.name, &ctx.place) {
+                if !still_creates(
+                    ClaimView(&fresh),
+                    class,
+                    &ctx.shared.driver.name,
+                    &ctx.shared.place,
+                ) {
                     debug!(claim = %view.key(), "no longer needs a volume from us");
                     return Ok(Action::await_change());
                 }
@@ -119,6 +125,7 @@ async fn carry_out(
         Earlier::None
     };
     let volume = ctx
+        .shared
         .metrics
         .stage(
             "create_volume",
@@ -159,29 +166,35 @@ async fn create_volume(
     if let Some(v) = created {
         return Ok(v);
     }
-    if !ctx.leader.is_leader() {
+    if !ctx.shared.leader.is_leader() {
         return Err(ClaimError::NotLeader);
     }
     // A migrated class's call is labelled `migrated="true"`, as upstream.
-    let migrated = migration::is_migrated_class(class, &ctx.driver.name);
-    match ctx.csi.for_migrated(migrated).create_volume(request).await {
+    let migrated = migration::is_migrated_class(class, &ctx.shared.driver.name);
+    match ctx
+        .shared
+        .csi
+        .for_migrated(migrated)
+        .create_volume(request)
+        .await
+    {
         Ok(resp) => match resp.volume.filter(|v| !v.volume_id.is_empty()) {
             Some(volume) => {
-                ctx.claims.remember_created(view.uid(), &volume);
+                ctx.memory.remember_created(view.uid(), &volume);
                 Ok(volume)
             }
             None => Err(ProvisionError::EmptyVolumeId.into()),
         },
         Err(status) => {
-            let reschedulable =
-                ctx.driver.capabilities.accessibility_constraints && view.selected_node().is_some();
+            let reschedulable = ctx.shared.driver.capabilities.accessibility_constraints
+                && view.selected_node().is_some();
             let class_of_error = classify(status.code(), reschedulable);
             let err = ClaimError::create_volume(status, class_of_error);
             match class_of_error {
                 // Waits `--retry-interval-max` (the error policy), or a new class.
                 CsiErrorClass::Infeasible => {}
                 CsiErrorClass::Reschedule => {
-                    match ctx.place.no_room(earlier == Earlier::MayHaveCreated) {
+                    match ctx.shared.place.no_room(earlier == Earlier::MayHaveCreated) {
                         NoRoom::GiveBack { keep_intent: false } => {
                             reschedule(ctx, claim, Reschedule::DropIntent).await
                         }
@@ -219,7 +232,7 @@ enum Reschedule {
 /// logged: the failure that asked for it is what the claim shows, and its retry asks again.
 async fn reschedule(ctx: &Context, claim: &PersistentVolumeClaim, why: Reschedule) {
     let view = ClaimView(claim);
-    let api = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), view.namespace());
+    let api = Api::<PersistentVolumeClaim>::namespaced(ctx.shared.client.clone(), view.namespace());
     let edited = update::edit(&api, view.name(), view.uid(), Some(claim.clone()), |c| {
         let key = ClaimView(c).selected_node_key().to_string();
         let unselected = c
@@ -246,13 +259,14 @@ async fn save(
 ) -> Result<(), ClaimError> {
     let view = ClaimView(claim);
     let handle = volume.volume_id.clone();
+    let shared = &ctx.shared;
     let response = pb::CreateVolumeResponse {
         volume: Some(volume),
     };
-    let built = provision::build_pv(plan, claim, class, &response, &ctx.driver, &ctx.options)
+    let built = provision::build_pv(plan, claim, class, &response, &shared.driver, &ctx.options)
         .and_then(|mut pv| {
             // Saved in the in-tree form for a migrated class, as upstream.
-            if migration::is_migrated_class(class, &ctx.driver.name) {
+            if migration::is_migrated_class(class, &shared.driver.name) {
                 migration::pv_to_in_tree(&class.provisioner, &mut pv)
                     .map_err(ProvisionError::Migration)?;
             }
@@ -268,8 +282,8 @@ async fn save(
             // The driver broke its contract; the volume is useless to this
             // claim and no PV points to it (upstream deletes it too).
             let cleanup =
-                backend::delete_volume(ctx, &handle, plan.provisioner_secret(), false).await;
-            ctx.claims.forget_created(view.uid());
+                backend::delete_volume(shared, &handle, plan.provisioner_secret(), false).await;
+            ctx.memory.forget_created(view.uid());
             return Err(match cleanup {
                 Ok(()) => ClaimError::Invalid(e),
                 Err(c) => ClaimError::Orphaned {
@@ -281,24 +295,26 @@ async fn save(
         }
         Err(e) => return Err(e.into()),
     };
-    ctx.metrics
+    shared
+        .metrics
         .stage("save_pv", save_pv(ctx, claim, pv))
         .await?;
-    ctx.claims.mark_pv_saved(view.uid());
+    ctx.memory.mark_pv_saved(view.uid());
     let labels = labels(claim);
-    ctx.metrics.provision_total.get_or_create(&labels).inc();
-    if let Some(took) = ctx.claims.take_started(view.uid()) {
-        ctx.metrics
+    shared.metrics.provision_total.get_or_create(&labels).inc();
+    if let Some(took) = ctx.memory.take_started(view.uid()) {
+        shared
+            .metrics
             .provision_duration
             .get_or_create(&labels)
             .observe(took.as_secs_f64());
     }
     info!(claim = %view.key(), pv = %plan.pv_name, "provisioned");
-    ctx.capacity_changed();
+    shared.capacity_changed();
     // Upstream finds no claim to report on when it was deleted meanwhile;
     // ours is still there (Terminating, held by the intent): say nothing either.
     if !deleted_since(ctx, view) {
-        ctx.recorder.record(
+        shared.recorder.record(
             claim,
             Reason::ProvisioningSucceeded,
             &format!("Successfully provisioned volume {}", plan.pv_name),
@@ -330,7 +346,7 @@ async fn save_pv(
     // by the model checker, docs/reliability.md F1/F2). The driver's answer
     // stays in the memory; the new leader's idempotent `CreateVolume` of the
     // same name finds the volume, or its cleanup deletes it.
-    if !ctx.leader.is_leader() {
+    if !ctx.shared.leader.is_leader() {
         return Err(ClaimError::NotLeader);
     }
     // In policy mode the create's version is what the checks of a burst wait for.
@@ -338,12 +354,12 @@ async fn save_pv(
         IntentMode::Admission(freshness) => Some(freshness.clock().stamp()),
         IntentMode::Write => None,
     };
-    let source = match crate::kube::clock::create_pv(&ctx.client, &pv, stamp).await {
+    let source = match crate::kube::clock::create_pv(&ctx.shared.client, &pv, stamp).await {
         Ok(_) => return Ok(()),
         Err(e) if is_conflict(&e) => e,
         Err(source) => return Err(ClaimError::SavePv { name, source }),
     };
-    let existing = get_fresh(&ctx.pv_api(), &name)
+    let existing = get_fresh(&ctx.shared.pv_api(), &name)
         .await
         .map_err(|source| ClaimError::Read {
             what: "PersistentVolume",

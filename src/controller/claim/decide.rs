@@ -306,7 +306,8 @@ pub(crate) mod fixtures {
     use k8s_openapi::api::core::v1::PersistentVolumeClaim;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-    pub const DRIVER: &str = "d";
+    /// The test driver's name, the bench's (`controller::scripted`).
+    pub use crate::controller::scripted::DRIVER;
 
     pub struct ClaimFixture(pub PersistentVolumeClaim);
 

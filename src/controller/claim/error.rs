@@ -7,7 +7,7 @@
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use tonic::Status;
 
-use crate::controller::Context;
+use super::Context;
 use crate::controller::backend::DeleteError;
 use crate::csi::{CsiErrorClass, code_name};
 use crate::keys;
@@ -284,15 +284,17 @@ pub fn labels(claim: &PersistentVolumeClaim) -> ClaimLabels {
 /// does: the error policy calls it for every failure a reconcile returns.
 pub fn report(ctx: &Context, claim: &PersistentVolumeClaim, err: &ClaimError) {
     if err.counts_as_failure() {
-        ctx.metrics
+        ctx.shared
+            .metrics
             .provision_failed_total
             .get_or_create(&labels(claim))
             .inc();
     }
     match (err.event(), err.event_source()) {
-        (Some(reason), None) => ctx.recorder.record(claim, reason, &err.message()),
+        (Some(reason), None) => ctx.shared.recorder.record(claim, reason, &err.message()),
         (Some(reason), Some(source)) => {
-            ctx.recorder
+            ctx.shared
+                .recorder
                 .record_as(source, claim, reason, &err.message())
         }
         (None, _) => {}

@@ -17,9 +17,10 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use tracing::debug;
 
+use super::Context;
 use super::error::ClaimError;
 use super::protect;
-use crate::controller::{Context, backend};
+use crate::controller::backend;
 use crate::csi::pb;
 use crate::keys;
 use crate::kube::reference_grant::ReferenceGrant;
@@ -53,7 +54,7 @@ pub async fn for_create(
     if !answered {
         check_grants(ctx, claim).await?;
     }
-    let plan = provision::plan(claim, class, &ctx.driver, &ctx.options)?;
+    let plan = provision::plan(claim, class, &ctx.shared.driver, &ctx.options)?;
     let (content_source, source) = if answered {
         (None, None)
     } else {
@@ -78,6 +79,7 @@ pub async fn for_create(
     };
     let secrets = match plan.provisioner_secret() {
         Some(r) => ctx
+            .shared
             .secret_data(r)
             .await
             .map_err(|source| ClaimError::GetSecret {
@@ -147,7 +149,7 @@ pub async fn for_cleanup(
             content_source,
             mutable_parameters,
             accessibility_requirements: topology(ctx, claim, class).ok().flatten(),
-            secrets: backend::secret_data_or_none(ctx, plan.provisioner_secret()).await,
+            secrets: backend::secret_data_or_none(&ctx.shared, plan.provisioner_secret()).await,
             metadata_parameters: metadata_parameters(ctx, claim, plan)
                 .await
                 .unwrap_or_default(),
@@ -168,7 +170,7 @@ async fn snapshot_handle(
         name: source.name.clone(),
         reason: api_message(&e),
     };
-    let snapshots = Api::<VolumeSnapshot>::namespaced(ctx.client.clone(), &source.namespace);
+    let snapshots = Api::<VolumeSnapshot>::namespaced(ctx.shared.client.clone(), &source.namespace);
     let snapshot = get_fresh(&snapshots, &source.name)
         .await
         .map_err(unreadable)?;
@@ -186,7 +188,7 @@ async fn snapshot_handle(
         return Ok(None);
     };
     let content = get_fresh(
-        &Api::<VolumeSnapshotContent>::all(ctx.client.clone()),
+        &Api::<VolumeSnapshotContent>::all(ctx.shared.client.clone()),
         content,
     )
     .await
@@ -219,7 +221,7 @@ async fn metadata_parameters(
 }
 
 async fn read_namespace(ctx: &Context, name: &str) -> Result<ObjectMeta, ClaimError> {
-    Api::<Namespace>::all(ctx.client.clone())
+    Api::<Namespace>::all(ctx.shared.client.clone())
         .get_metadata(name)
         .await
         .map(|ns| ns.metadata)
@@ -236,7 +238,7 @@ async fn check_grants(ctx: &Context, claim: &PersistentVolumeClaim) -> Result<()
         return Ok(());
     };
     let namespace = source.namespace.unwrap_or_default();
-    let grants = Api::<ReferenceGrant>::namespaced(ctx.client.clone(), namespace)
+    let grants = Api::<ReferenceGrant>::namespaced(ctx.shared.client.clone(), namespace)
         .list(&ListParams::default())
         .await
         .map_err(|source| ClaimError::ReadGrants {
@@ -289,7 +291,8 @@ async fn checked_source(
         name: source.name.clone(),
         reason,
     };
-    let api = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &source.namespace);
+    let api =
+        Api::<PersistentVolumeClaim>::namespaced(ctx.shared.client.clone(), &source.namespace);
     let original = api.get(&source.name).await.map_err(|e| {
         refused(format!(
             "error getting PVC {} (namespace {:?}) from api server: {}",
@@ -299,7 +302,7 @@ async fn checked_source(
         ))
     })?;
     let pv = match ClaimView(&original).volume_name() {
-        Some(name) => Api::<PersistentVolume>::all(ctx.client.clone())
+        Some(name) => Api::<PersistentVolume>::all(ctx.shared.client.clone())
             .get(name)
             .await
             .map_err(|e| debug!(pv = %name, error = %e, "cannot read the source claim's PV"))
@@ -320,7 +323,7 @@ async fn read_snapshot(
     ctx: &Context,
     source: &SnapshotSource,
 ) -> Result<(VolumeSnapshot, Option<VolumeSnapshotContent>), kube::Error> {
-    let snapshot = Api::<VolumeSnapshot>::namespaced(ctx.client.clone(), &source.namespace)
+    let snapshot = Api::<VolumeSnapshot>::namespaced(ctx.shared.client.clone(), &source.namespace)
         .get(&source.name)
         .await?;
     let content = match snapshot
@@ -328,7 +331,7 @@ async fn read_snapshot(
         .as_ref()
         .and_then(|s| s.bound_volume_snapshot_content_name.as_deref())
     {
-        Some(name) => Api::<VolumeSnapshotContent>::all(ctx.client.clone())
+        Some(name) => Api::<VolumeSnapshotContent>::all(ctx.shared.client.clone())
             .get(name)
             .await
             .map_err(|e| debug!(content = name, error = %e, "cannot read the snapshot's content"))
@@ -351,7 +354,7 @@ async fn source_volume(
         name: name.to_string(),
         reason: api_message(&e),
     };
-    let claims = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), namespace);
+    let claims = Api::<PersistentVolumeClaim>::namespaced(ctx.shared.client.clone(), namespace);
     let original = get_fresh(&claims, name).await.map_err(unreadable)?;
     let Some(pv_name) = original
         .as_ref()
@@ -359,9 +362,12 @@ async fn source_volume(
     else {
         return Ok(None);
     };
-    let pv = get_fresh(&Api::<PersistentVolume>::all(ctx.client.clone()), &pv_name)
-        .await
-        .map_err(unreadable)?;
+    let pv = get_fresh(
+        &Api::<PersistentVolume>::all(ctx.shared.client.clone()),
+        &pv_name,
+    )
+    .await
+    .map_err(unreadable)?;
     Ok(pv
         .and_then(|pv| pv.spec?.csi)
         .zip(original)
@@ -377,7 +383,7 @@ async fn source_volume(
 /// server as upstream does (the class may be newer than any cache). A class
 /// meant for another driver is refused.
 async fn vac_parameters(ctx: &Context, name: &str) -> Result<HashMap<String, String>, ClaimError> {
-    let api: Api<VolumeAttributesClass> = Api::all(ctx.client.clone());
+    let api: Api<VolumeAttributesClass> = Api::all(ctx.shared.client.clone());
     let vac = api
         .get(name)
         .await
@@ -385,11 +391,11 @@ async fn vac_parameters(ctx: &Context, name: &str) -> Result<HashMap<String, Str
             name: name.to_string(),
             source,
         })?;
-    if vac.driver_name != ctx.driver.name {
+    if vac.driver_name != ctx.shared.driver.name {
         return Err(ProvisionError::VolumeAttributesClassOfAnotherDriver {
             name: name.to_string(),
             driver: vac.driver_name,
-            ours: ctx.driver.name.clone(),
+            ours: ctx.shared.driver.name.clone(),
         }
         .into());
     }
@@ -404,7 +410,7 @@ async fn vac_parameters(ctx: &Context, name: &str) -> Result<HashMap<String, Str
 /// alone): a CSINode created a moment ago that the watch has not brought yet
 /// is retried instead, where upstream's lister would reschedule.
 async fn confirm_gone(ctx: &Context, node: String) -> ClaimError {
-    match get_fresh(&Api::<CSINode>::all(ctx.client.clone()), &node).await {
+    match get_fresh(&Api::<CSINode>::all(ctx.shared.client.clone()), &node).await {
         Ok(None) => ClaimError::SelectedNodeGone { node },
         Ok(Some(_)) => ProvisionError::Topology(format!(
             "error generating accessibility requirements: CSINode {node} is not in the cache yet"
@@ -423,13 +429,13 @@ fn topology(
     claim: &PersistentVolumeClaim,
     class: &StorageClass,
 ) -> Result<Option<pb::TopologyRequirement>, TopologyError> {
-    if !topo::served(&ctx.driver, &ctx.options) {
+    if !topo::served(&ctx.shared.driver, &ctx.options) {
         return Ok(None);
     }
     let allowed = class.allowed_topologies.clone().unwrap_or_default();
     let opts = &ctx.options;
     let name = claim.name_any();
-    if let Some((node, segment)) = ctx.place.own_segment() {
+    if let Some((node, segment)) = ctx.shared.place.own_segment() {
         // One sidecar per node: this node is the only one there is, as
         // upstream's node mode sees it (its topology from `NodeGetInfo`, no
         // Node or CSINode read).

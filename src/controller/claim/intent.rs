@@ -30,9 +30,9 @@ use kube::{Api, Client};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
+use super::Context;
 use super::error::ClaimError;
 use super::memory::ClaimMemory;
-use crate::controller::Context;
 use crate::keys;
 use crate::kube::fresh::{Fresh, Freshness, ListedClaim};
 use crate::kube::slim::Claim;
@@ -87,15 +87,15 @@ pub async fn confirm(
                     // Alone, not among the claims the policy labelled, or the
                     // API server could not be asked: one read, cheaper for it
                     // than the no-op write it replaces.
-                    Fresh::Listed(None) | Fresh::Read => read(&ctx.client, cached).await?,
+                    Fresh::Listed(None) | Fresh::Read => read(&ctx.shared.client, cached).await?,
                 })
             }
-            _ => record(&ctx.client, cached).await,
+            _ => record(&ctx.shared.client, cached).await,
         }
     };
-    let answer = ctx.metrics.stage("check", check).await?;
+    let answer = ctx.shared.metrics.stage("check", check).await?;
     if let Confirmed::Changed(_) = answer {
-        ctx.metrics.stale("claim");
+        ctx.shared.metrics.stale("claim");
     }
     Ok(answer)
 }

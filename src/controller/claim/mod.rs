@@ -34,8 +34,11 @@ mod tests;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::runtime::reflector::ObjectRef;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
+use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
 pub use decide::{cached, gauges, trim};
@@ -45,12 +48,65 @@ pub use memory::ClaimMemory;
 pub use protect::snapshot_awaited;
 
 use super::memory::Hold;
-use super::{Context, bound_claim_uid};
+use super::topology::TopologyCaches;
+use super::{Shared, bound_claim_uid};
 use crate::controller::queue::Action;
 use crate::csi::CsiErrorClass;
-use crate::kube::slim::Claim;
-use crate::provision::{self, ClaimView};
+use crate::kube::Listed;
+use crate::kube::slim::{Claim, Pv};
+use crate::kube::watch::Progress;
+use crate::provision::{self, ClaimView, ProvisionOptions};
 use decide::{CachedPv, Decision, Facts, decide};
+use intent::IntentMode;
+
+/// What the claim reconciler works with: the shared part, and the claim
+/// path's own options, caches, memory and bounds. Built once in `run`.
+pub struct Context {
+    pub shared: Arc<Shared>,
+    /// How requests and PVs are built: volume names, topology, metadata
+    /// passed on, feature gates.
+    pub options: ProvisionOptions,
+    pub caches: Caches,
+    /// What the claim path remembers, per claim UID.
+    pub memory: Arc<ClaimMemory>,
+    /// Releases of intents that are no longer needed, in the background lane.
+    pub intents: IntentReleaser,
+    /// Who makes the provisioning intent durable: the sidecar or the control plane.
+    pub intent: IntentMode,
+    /// `--cloning-protection-threads`: how many removals of the cloning
+    /// protection run at once (the workers of upstream's cloning-protection
+    /// controller; here the claim workers do the work, this bounds it).
+    pub clone_releases: Semaphore,
+    /// `--worker-threads`: how many claims are in `CreateVolume` and the PV
+    /// save at once (what upstream's workers bound), taken first come first
+    /// served once a claim's check is done; the checks themselves wait for no
+    /// permit, so they overlap the creates in flight.
+    pub creates: Semaphore,
+}
+
+/// The reflector caches the claim path reads: for finding work, never for
+/// deciding an irreversible act (DESIGN §2.2).
+pub struct Caches {
+    /// PVs in their slim shape. Trusted for one answer only: a PV seen bound
+    /// to a claim's UID did exist.
+    pub volumes: Store<Pv>,
+    /// The PV cache holds its first list (wakes any number of waiters, which
+    /// `Store::wait_until_ready` does not).
+    pub volumes_listed: Listed,
+    pub claims: Store<Claim>,
+    /// The claim cache holds its first list: before it, the cache cannot say
+    /// that no claim waits for something.
+    pub claims_listed: Listed,
+    /// How far the claim cache has caught up with the API server.
+    pub claims_progress: Progress,
+    /// Namespaces, metadata only and trimmed to the listed keys, when a
+    /// request carries namespace metadata (`--extra-create-metadata-namespace-*`).
+    pub namespaces: Option<Store<PartialObjectMeta<Namespace>>>,
+    /// CSINodes and Nodes (metadata only), when claims get accessibility
+    /// requirements from the cluster (`provision::topology::served`, a
+    /// central replica).
+    pub topology: Option<TopologyCaches>,
+}
 
 /// How long a claim waits for the PV cache's first list.
 const PV_CACHE_WAIT: Duration = Duration::from_secs(10);
@@ -67,20 +123,20 @@ pub async fn reconcile(claim: Arc<Claim>, ctx: Arc<Context>) -> Result<Action, C
     let _ = tokio::time::timeout(PV_CACHE_WAIT, ctx.caches.volumes_listed.wait()).await;
     let (decision, attempt) = decide(&Facts {
         claim: view,
-        driver: &ctx.driver.name,
+        driver: &ctx.shared.driver.name,
         options: &ctx.options,
         class: ctx
-            .caches
+            .shared
             .classes
             .get(&ObjectRef::new(view.class().unwrap_or_default())),
-        place: &ctx.place,
-        recall: ctx.claims.recall(view.uid()),
+        place: &ctx.shared.place,
+        recall: ctx.memory.recall(view.uid()),
         pv: cached_pv(&ctx, view),
     });
-    ctx.claims.note(view.uid(), attempt);
+    ctx.memory.note(view.uid(), attempt);
     let action = match decision {
         Decision::Forget => {
-            ctx.claims.forget(view.uid());
+            ctx.memory.forget(view.uid());
             return Ok(Action::await_change());
         }
         Decision::Requeue(wait) => {
@@ -108,7 +164,7 @@ pub async fn reconcile(claim: Arc<Claim>, ctx: Arc<Context>) -> Result<Action, C
         }
         Decision::ReleaseCloneSource => protect::release_clone_source(&ctx, claim).await?,
     };
-    ctx.claims.succeeded(view.uid());
+    ctx.memory.succeeded(view.uid());
     Ok(action)
 }
 
@@ -137,18 +193,18 @@ pub fn error_policy(claim: Arc<Claim>, err: &ClaimError, ctx: Arc<Context>) -> A
     error::report(&ctx, &claim.0, err);
     if err.is_ignored() {
         debug!(claim = %view.key(), reason = %err, "ignored");
-        ctx.claims.succeeded(view.uid());
+        ctx.memory.succeeded(view.uid());
         return Action::await_change();
     }
     let delay = match err {
         ClaimError::NotLeader | ClaimError::ClonesPending => {
-            ctx.claims.failed(view.uid(), Hold::Nothing)
+            ctx.memory.failed(view.uid(), Hold::Nothing)
         }
         ClaimError::CreateVolume {
             class: CsiErrorClass::Infeasible,
             ..
-        } => ctx.claims.failed_for(view.uid(), ctx.claims.retry_max()),
-        _ => ctx.claims.failed(view.uid(), Hold::Attempt),
+        } => ctx.memory.failed_for(view.uid(), ctx.memory.retry_max()),
+        _ => ctx.memory.failed(view.uid(), Hold::Attempt),
     };
     match err {
         ClaimError::NotLeader | ClaimError::ClonesPending => {

@@ -5,13 +5,15 @@
 //! `CreateVolume`, and taken off when nothing waits for it any more.
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::runtime::reflector::Store;
 use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
 use super::error::ClaimError;
-use crate::controller::Context;
+use super::{ClaimMemory, Context};
 use crate::controller::queue::Action;
 use crate::keys;
+use crate::kube::slim::Claim;
 use crate::kube::snapshot::{self, VolumeSnapshot};
 use crate::kube::{get_fresh, has_finalizer, update};
 use crate::provision::ClaimView;
@@ -60,7 +62,7 @@ pub async fn protect(ctx: &Context, source: &Source) -> Result<(), ClaimError> {
     let result = match source {
         Source::Snapshot(s) => {
             let api = Api::<VolumeSnapshot>::namespaced(
-                ctx.client.clone(),
+                ctx.shared.client.clone(),
                 &s.namespace().unwrap_or_default(),
             );
             snapshot::protect(&api, s, keys::FINALIZER_SNAPSHOT_SOURCE).await
@@ -70,8 +72,10 @@ pub async fn protect(ctx: &Context, source: &Source) -> Result<(), ClaimError> {
         // being deleted takes no new finalizer.
         Source::Claim(c) => {
             let view = ClaimView(c);
-            let api =
-                Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), view.namespace());
+            let api = Api::<PersistentVolumeClaim>::namespaced(
+                ctx.shared.client.clone(),
+                view.namespace(),
+            );
             update::edit(
                 &api,
                 view.name(),
@@ -92,16 +96,22 @@ pub async fn protect(ctx: &Context, source: &Source) -> Result<(), ClaimError> {
 /// claim is refused before any create, for good, and must not pin the snapshot while it exists.
 /// The cache shows every claim this process works on, so a claim that may be sending a restore is
 /// never missed; a claim it shows late keeps the protection a while longer, for the sweep.
-pub fn snapshot_awaited(ctx: &Context, snapshot: &VolumeSnapshot, except: Option<&str>) -> bool {
+/// `claims` is the claim cache, `memory` the claim path's.
+pub fn snapshot_awaited(
+    claims: &Store<Claim>,
+    memory: &ClaimMemory,
+    snapshot: &VolumeSnapshot,
+    except: Option<&str>,
+) -> bool {
     let namespace = snapshot.namespace().unwrap_or_default();
     let name = snapshot.name_any();
-    ctx.caches.claims.state().iter().any(|c| {
+    claims.state().iter().any(|c| {
         let claim = ClaimView(&c.0);
         let uid = claim.uid();
         Some(uid) != except
             && claim.waits_for(keys::SNAPSHOT_KIND, &namespace, &name)
-            && !ctx.claims.pv_saved(uid)
-            && !ctx.claims.intent_released(uid)
+            && !memory.pv_saved(uid)
+            && !memory.intent_released(uid)
             && smaller_than_snapshot(&c.0, snapshot).is_none()
     })
 }
@@ -113,7 +123,7 @@ pub fn snapshot_awaited(ctx: &Context, snapshot: &VolumeSnapshot, except: Option
 /// claim done lets it go, or the orphan sweep. Best effort: the sweep also
 /// removes a finalizer left behind by a failed removal.
 pub async fn release_snapshot(ctx: &Context, source: &SnapshotSource, claim: &str) {
-    let api = Api::<VolumeSnapshot>::namespaced(ctx.client.clone(), &source.namespace);
+    let api = Api::<VolumeSnapshot>::namespaced(ctx.shared.client.clone(), &source.namespace);
     let snapshot = match get_fresh(&api, &source.name).await {
         Ok(Some(s)) if has_finalizer(&s, keys::FINALIZER_SNAPSHOT_SOURCE) => s,
         Ok(_) => return,
@@ -122,7 +132,7 @@ pub async fn release_snapshot(ctx: &Context, source: &SnapshotSource, claim: &st
             return;
         }
     };
-    if snapshot_awaited(ctx, &snapshot, Some(claim)) {
+    if snapshot_awaited(&ctx.caches.claims, &ctx.memory, &snapshot, Some(claim)) {
         debug!(snapshot = %source.name, "another claim restores from it: keeping its protection");
         return;
     }
@@ -153,7 +163,7 @@ pub async fn release_clone_source(
         .await
         .expect("the semaphore is never closed");
     // The cached copy of a bound claim is trimmed: the update starts from a fresh read.
-    let api = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), view.namespace());
+    let api = Api::<PersistentVolumeClaim>::namespaced(ctx.shared.client.clone(), view.namespace());
     update::edit(&api, view.name(), view.uid(), None, |c| {
         update::remove_finalizer(c, keys::FINALIZER_CLONE_SOURCE)
     })

@@ -13,8 +13,8 @@ use kube::{Api, ResourceExt};
 use tracing::{debug, info};
 
 use super::ClaimMemory;
+use super::Context;
 use super::decide::{Work, work_for};
-use crate::controller::Context;
 use crate::controller::node::NodeMode;
 use crate::controller::queue::Action;
 use crate::keys;
@@ -46,7 +46,7 @@ pub async fn race(
     class: &StorageClass,
 ) -> Result<Action, kube::Error> {
     let view = ClaimView(claim);
-    let delay = race_delay(node, &ctx.claims, view.uid());
+    let delay = race_delay(node, &ctx.memory, view.uid());
     debug!(claim = %view.key(), ?delay, "racing for an Immediate claim");
     let poll = (node.base_delay / 100).max(Duration::from_millis(10));
     let until = Instant::now() + delay;
@@ -59,11 +59,11 @@ pub async fn race(
                 // claim is cached without its annotations, if at all, so its
                 // selected node cannot be seen: bound is enough to stop).
                 if now.selected_node().is_some()
-                    || work_for(now, &ctx.driver.name) != Work::Provision
+                    || work_for(now, &ctx.shared.driver.name) != Work::Provision
                 {
                     debug!(claim = %view.key(), "another node took it");
                     // Should it come back (rescheduled), the delay starts afresh.
-                    ctx.claims.reset_races(view.uid());
+                    ctx.memory.reset_races(view.uid());
                     return Ok(Action::await_change());
                 }
                 cached
@@ -83,7 +83,7 @@ pub async fn race(
     match has_room(ctx, node, claim, class).await {
         Ok(false) => {
             debug!(claim = %view.key(), "not enough capacity on this node: not taking it");
-            return Ok(Action::requeue(race_delay(node, &ctx.claims, view.uid())));
+            return Ok(Action::requeue(race_delay(node, &ctx.memory, view.uid())));
         }
         Ok(true) => {}
         Err(status) => {
@@ -91,7 +91,7 @@ pub async fn race(
         }
     }
     // An update of the copy last seen: fenced on its resourceVersion by itself.
-    let api = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), view.namespace());
+    let api = Api::<PersistentVolumeClaim>::namespaced(ctx.shared.client.clone(), view.namespace());
     let mut taken = seen.0.clone();
     taken
         .metadata
@@ -105,7 +105,7 @@ pub async fn race(
     {
         Ok(_) => {
             info!(claim = %view.key(), node = %node.name, "took the Immediate claim for this node");
-            ctx.claims.reset_races(view.uid());
+            ctx.memory.reset_races(view.uid());
             Ok(Action::await_change())
         }
         Err(e) if is_conflict(&e) => {
@@ -144,7 +144,7 @@ async fn has_room(
         .clone()
         .filter(|t| !t.is_empty())
         .map(|t| t.into_iter().collect());
-    let answer = ctx.csi.get_capacity(parameters, segment).await?;
+    let answer = ctx.shared.csi.get_capacity(parameters, segment).await?;
     Ok(i128::from(answer.available_capacity) >= i128::from(wanted))
 }
 

@@ -151,7 +151,8 @@ pub(crate) mod fixtures {
     use crate::keys;
     use crate::kube::slim::{Pv, PvCsi, PvSpec, PvStatus};
 
-    pub const DRIVER: &str = "d";
+    /// The test driver's name, the bench's (`controller::scripted`).
+    pub use crate::controller::scripted::DRIVER;
 
     /// A PV of ours by default: provisioned by `d`, policy Delete, handle `h`.
     #[derive(Clone)]

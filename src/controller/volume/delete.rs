@@ -12,9 +12,10 @@ use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::reflector::Store;
 use tracing::{debug, info, warn};
 
+use super::Context;
 use super::decide::still_to_delete;
 use super::error::{VolumeError, labels};
-use crate::controller::{Context, backend};
+use crate::controller::backend;
 use crate::keys;
 use crate::kube::slim::Pv;
 use crate::kube::{get_fresh, has_finalizer, is_conflict, is_not_found, remove_finalizer};
@@ -27,8 +28,8 @@ const ATTACHMENTS_LIST_WAIT: Duration = Duration::from_secs(10);
 
 /// The deletion of a Released PV's volume, decided on `cached`.
 pub(super) async fn delete(ctx: &Context, cached: &Pv) -> Result<(), VolumeError> {
-    let api = ctx.pv_api();
-    if !ctx.leader.is_leader() {
+    let api = ctx.shared.pv_api();
+    if !ctx.shared.leader.is_leader() {
         return Err(VolumeError::NotLeader);
     }
     // Known before the PV is touched: a PV whose volume cannot be named is
@@ -53,7 +54,13 @@ pub(super) async fn delete(ctx: &Context, cached: &Pv) -> Result<(), VolumeError
     // An in-tree PV (its handle translated) is a migrated volume: its call is
     // labelled `migrated="true"`, as upstream.
     let migrated = pv.spec.as_ref().is_some_and(|s| s.csi.is_none());
-    backend::delete_volume(ctx, &handle, deletion_secret(ctx, &pv).as_ref(), migrated).await?;
+    backend::delete_volume(
+        &ctx.shared,
+        &handle,
+        deletion_secret(ctx, &pv).as_ref(),
+        migrated,
+    )
+    .await?;
     if pv.metadata.deletion_timestamp.is_some() {
         // Deleted already (by `confirm_delete` or someone else): only our
         // finalizer is left to drop.
@@ -74,15 +81,20 @@ pub(super) async fn delete(ctx: &Context, cached: &Pv) -> Result<(), VolumeError
             Err(e) => return Err(e.into()),
         }
     }
-    ctx.volumes
+    ctx.memory
         .with(&pv.uid().unwrap_or_default(), |e| e.deleted = true);
-    ctx.metrics.delete_total.get_or_create(&labels(&pv)).inc();
-    ctx.metrics
+    ctx.shared
+        .metrics
+        .delete_total
+        .get_or_create(&labels(&pv))
+        .inc();
+    ctx.shared
+        .metrics
         .delete_duration
         .get_or_create(&labels(&pv))
         .observe(started.elapsed().as_secs_f64());
     info!(pv = %pv.name_any(), volume = %handle, "deleted");
-    ctx.capacity_changed();
+    ctx.shared.capacity_changed();
     Ok(())
 }
 
@@ -91,7 +103,7 @@ pub(super) async fn delete(ctx: &Context, cached: &Pv) -> Result<(), VolumeError
 /// `canDeleteVolume`, which reads its VolumeAttachment informer). Without the
 /// cache (the driver does not publish volumes) nothing attaches them.
 async fn attached_to(ctx: &Context, name: &str) -> Result<Option<String>, VolumeError> {
-    let Some(attachments) = ctx.caches.attachments.as_ref() else {
+    let Some(attachments) = ctx.attachments.as_ref() else {
         return Ok(None);
     };
     tokio::time::timeout(ATTACHMENTS_LIST_WAIT, attachments.listed.wait())
@@ -118,7 +130,7 @@ pub(super) fn holder(store: &Store<VolumeAttachment>, name: &str) -> Option<Stri
 /// finalizer (deleting it first would lose the record of its volume) — is
 /// read back and decided again.
 async fn confirm_delete(ctx: &Context, cached: &Pv) -> Result<Option<Pv>, VolumeError> {
-    let api = ctx.pv_api();
+    let api = ctx.shared.pv_api();
     if has_finalizer(cached, keys::FINALIZER_PV) && cached.metadata.deletion_timestamp.is_none() {
         match api
             .delete(&cached.name_any(), &preconditions(cached, true))
@@ -127,7 +139,7 @@ async fn confirm_delete(ctx: &Context, cached: &Pv) -> Result<Option<Pv>, Volume
             Ok(answer) => return Ok(answer.left()),
             Err(e) if is_not_found(&e) => return Ok(None),
             Err(e) if is_conflict(&e) => {
-                ctx.metrics.stale("pv");
+                ctx.shared.metrics.stale("pv");
                 debug!(pv = %cached.name_any(), "changed since the cache saw it: reading it");
             }
             Err(e) => return Err(e.into()),
@@ -136,7 +148,7 @@ async fn confirm_delete(ctx: &Context, cached: &Pv) -> Result<Option<Pv>, Volume
     let Some(pv) = get_fresh(&api, &cached.name_any()).await? else {
         return Ok(None);
     };
-    Ok(still_to_delete(&pv, cached, &ctx.driver.name).then_some(pv))
+    Ok(still_to_delete(&pv, cached, &ctx.shared.driver.name).then_some(pv))
 }
 
 /// A DELETE fenced on `pv`'s UID, and on its resourceVersion if `exact`.
@@ -177,7 +189,7 @@ fn secret_from_class(ctx: &Context, pv: &Pv) -> Option<SecretRef> {
     let spec = pv.spec.as_ref()?;
     let class_name = spec.storage_class_name.as_deref()?;
     let class = ctx
-        .caches
+        .shared
         .classes
         .get(&kube::runtime::reflector::ObjectRef::new(class_name))?;
     let claim = spec.claim_ref.as_ref()?;

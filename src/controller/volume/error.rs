@@ -7,7 +7,7 @@
 
 use tonic::Status;
 
-use crate::controller::Context;
+use super::Context;
 use crate::controller::backend::DeleteError;
 use crate::controller::memory::Hold;
 use crate::kube::slim::Pv;
@@ -110,13 +110,14 @@ pub fn labels(pv: &Pv) -> VolumeLabels {
 /// does: the error policy calls it for every failure a reconcile returns.
 pub fn report(ctx: &Context, pv: &Pv, err: &VolumeError) {
     if err.counts_as_failure() {
-        ctx.metrics
+        ctx.shared
+            .metrics
             .delete_failed_total
             .get_or_create(&labels(pv))
             .inc();
     }
     if let Some(reason) = err.event() {
-        ctx.recorder.record(pv, reason, &err.to_string());
+        ctx.shared.recorder.record(pv, reason, &err.to_string());
     }
 }
 

@@ -18,34 +18,63 @@ mod tests;
 
 use std::sync::Arc;
 
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use tracing::{debug, info, warn};
 
-use super::{Context, VolumeMemory};
+use super::{Shared, memory};
 use crate::keys;
 use crate::kube::slim::Pv;
-use crate::kube::{add_finalizer, is_invalid, is_not_found, remove_finalizer};
+use crate::kube::{Listed, add_finalizer, is_invalid, is_not_found, remove_finalizer};
 use decide::{Decision, Facts, Recall};
 pub use error::VolumeError;
+
+/// What the volume reconciler works with: the shared part, what the volume
+/// path remembers, and the one cache only it reads. Built once in `run`.
+pub struct Context {
+    pub shared: Arc<Shared>,
+    /// What the volume path remembers, per PV UID.
+    pub memory: VolumeMemory,
+    /// VolumeAttachments, for a driver with `PUBLISH_UNPUBLISH_VOLUME` only:
+    /// a PV one of them still names is not deleted yet (upstream's `vaLister`).
+    pub attachments: Option<Attachments>,
+}
+
+/// The VolumeAttachment cache and whether its first list is in.
+pub struct Attachments {
+    pub store: Store<VolumeAttachment>,
+    pub listed: Listed,
+}
+
+/// What the volume path remembers, per PV UID.
+pub type VolumeMemory = memory::Memory<VolumeEntry>;
+
+#[derive(Default)]
+pub struct VolumeEntry {
+    /// This process finished the PV's deletion, so a stale cached copy that
+    /// still shows it Released with our finalizer costs no second read.
+    pub deleted: bool,
+}
 
 pub async fn reconcile(pv: Arc<Pv>, ctx: Arc<Context>) -> Result<Action, VolumeError> {
     let uid = pv.uid().unwrap_or_default();
     let facts = Facts {
         pv: &pv,
-        driver: &ctx.driver.name,
-        place: &ctx.place,
+        driver: &ctx.shared.driver.name,
+        place: &ctx.shared.place,
         recall: Recall {
-            deleted: ctx.volumes.read(&uid, |e| e.deleted) == Some(true),
-            held: ctx.volumes.held(&uid),
+            deleted: ctx.memory.read(&uid, |e| e.deleted) == Some(true),
+            held: ctx.memory.held(&uid),
         },
     };
     let (decision, attempt) = decide::decide(&facts);
-    let api = ctx.pv_api();
+    let api = ctx.shared.pv_api();
     match decision {
         Decision::Forget => {
-            ctx.volumes.forget(&uid);
+            ctx.memory.forget(&uid);
             return Ok(Action::await_change());
         }
         Decision::Requeue(wait) => {
@@ -54,7 +83,7 @@ pub async fn reconcile(pv: Arc<Pv>, ctx: Arc<Context>) -> Result<Action, VolumeE
         }
         Decision::Wait(why) => debug!(pv = %pv.name_any(), why, "nothing to do"),
         Decision::AddFinalizer => {
-            ctx.volumes.note(&uid, attempt);
+            ctx.memory.note(&uid, attempt);
             match add_finalizer(&api, pv.as_ref(), keys::FINALIZER_PV).await {
                 Ok(_) => {}
                 // Being deleted (no new finalizer on it) or gone: nothing to hold.
@@ -63,15 +92,15 @@ pub async fn reconcile(pv: Arc<Pv>, ctx: Arc<Context>) -> Result<Action, VolumeE
             }
         }
         Decision::RemoveFinalizer => {
-            ctx.volumes.note(&uid, attempt);
+            ctx.memory.note(&uid, attempt);
             remove_finalizer(&api, pv.as_ref(), keys::FINALIZER_PV).await?;
         }
         Decision::Delete => {
-            ctx.volumes.note(&uid, attempt);
+            ctx.memory.note(&uid, attempt);
             delete::delete(&ctx, &pv).await?;
         }
     }
-    ctx.volumes.succeeded(&uid);
+    ctx.memory.succeeded(&uid);
     Ok(Action::await_change())
 }
 
@@ -81,7 +110,7 @@ pub async fn reconcile(pv: Arc<Pv>, ctx: Arc<Context>) -> Result<Action, VolumeE
 pub fn error_policy(pv: Arc<Pv>, err: &VolumeError, ctx: Arc<Context>) -> Action {
     let uid = pv.uid().unwrap_or_default();
     error::report(&ctx, &pv, err);
-    let delay = ctx.volumes.failed(&uid, err.hold());
+    let delay = ctx.memory.failed(&uid, err.hold());
     match err {
         VolumeError::NotLeader => debug!(pv = %pv.name_any(), "not leader"),
         _ if err.is_postponement() => {
