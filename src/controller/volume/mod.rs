@@ -10,7 +10,7 @@
 //! `delete.rs`), and return. A failure is returned where it happens and
 //! **reported once**, by the error policy (`error.rs`).
 
-mod decide;
+pub mod decide;
 mod delete;
 mod error;
 #[cfg(test)]

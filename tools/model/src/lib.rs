@@ -4,8 +4,8 @@
 //! order, the admission policies' intent or the sidecar's own, two replicas
 //! contending for a Lease on a clock the model advances, a CSI driver that
 //! creates by name and may lose its answer, the user and the binder. Each
-//! replica decides with the product's own `decide` (`product`); the acts in
-//! between are the model's steps (`sidecar`). docs/reliability.md has the
+//! replica decides with the product's own claim and volume decisions
+//! (`product`); the acts in between are the model's steps (`sidecar`). docs/reliability.md has the
 //! configurations, their sizes and the wrong variants' counterexamples.
 
 pub mod config;

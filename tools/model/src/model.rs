@@ -41,10 +41,11 @@ pub enum Action {
     Tick,
     /// The driver runs the call at this index of the calls in flight.
     Run(u8),
-    /// (replica, claim): the product decides, and acts.
+    /// (replica, claim): the product's claim decision, and the act it begins.
     Decide(u8, u8, Act),
     /// (replica, claim): the next step of the act under way.
     Step(u8, u8),
+    /// (replica, PV): the product's volume decision is `Delete`; it begins.
     VolDecide(u8, u8),
     VolStep(u8, u8),
     /// Fault: a CSI call's answer is lost (replica, claim).
@@ -84,7 +85,7 @@ impl fmt::Display for Action {
             Action::Run(k) => write!(f, "the driver runs call #{k} in flight"),
             Action::Decide(r, i, act) => write!(f, "replica {r} decides on claim {i}: {act:?}"),
             Action::Step(r, i) => write!(f, "replica {r}, claim {i}: next step"),
-            Action::VolDecide(r, i) => write!(f, "replica {r} decides: PV {i} Released, delete it"),
+            Action::VolDecide(r, i) => write!(f, "replica {r} decides on PV {i}: Delete"),
             Action::VolStep(r, i) => write!(f, "replica {r}, PV {i}: next step"),
             Action::Timeout(r, i) => write!(f, "FAULT: replica {r}'s call for claim {i} times out"),
             Action::Crash(r) => write!(f, "FAULT: replica {r} crashes"),
@@ -106,6 +107,7 @@ impl Model for Protocol {
             tasks: vec![Task::Idle; n],
             vols: vec![VolTask::Idle; n],
             memory: vec![Memory::default(); n],
+            pv_deleted: vec![false; n],
             clock: 0,
         };
         vec![State {
@@ -202,13 +204,13 @@ impl Protocol {
             if sidecar::vol_decision(s, r, i) {
                 out.push(Action::VolDecide(r8, c));
             }
-            if matches!(rep.vols[i], VolTask::Confirm | VolTask::DeletePv) {
+            if !matches!(rep.vols[i], VolTask::Idle | VolTask::Deleting { .. }) {
                 out.push(Action::VolStep(r8, c));
             }
             let waits = matches!(
                 rep.tasks[i],
                 Task::Creating | Task::Finding | Task::Deleting
-            ) || rep.vols[i] == VolTask::Deleting;
+            ) || matches!(rep.vols[i], VolTask::Deleting { .. });
             if waits && s.timeouts > 0 {
                 out.push(Action::Timeout(r8, c));
             }
@@ -248,9 +250,7 @@ impl Protocol {
             Action::Run(k) => world::run_call(s, k.into(), sidecar::after_create(cfg)),
             Action::Decide(r, i, act) => sidecar::begin(s, r.into(), i.into(), act),
             Action::Step(r, i) => sidecar::step(s, cfg, r.into(), i.into()),
-            Action::VolDecide(r, i) => {
-                s.replicas[usize::from(r)].vols[usize::from(i)] = VolTask::Confirm
-            }
+            Action::VolDecide(r, i) => sidecar::vol_begin(s, r.into(), i.into()),
             Action::VolStep(r, i) => sidecar::vol_step(s, r.into(), i.into()),
             Action::Timeout(r, i) => {
                 world::time_out(s, r.into(), i.into());

@@ -1,24 +1,36 @@
 //! The bridge to the product: a model claim as the `PersistentVolumeClaim`
-//! the sidecar would hold, and the product's own pure decisions taken on it
-//! (`controller::claim::decide::{decide, still_creates}` and the claim
-//! cache's `cached`). Nothing here decides anything itself.
+//! the sidecar would hold, a model PV as the slim `Pv` its cache would hold
+//! (the PV the product builds, parsed as the cache parses it), and the
+//! product's own pure decisions taken on them (the claim path's
+//! `controller::claim::decide::{decide, still_creates}` and the claim cache's
+//! `cached`; the volume path's `controller::volume::decide::{decide,
+//! still_to_delete}`). Nothing here decides anything itself.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, LazyLock};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::Hash;
+use std::sync::{Arc, LazyLock, OnceLock};
+use std::thread::LocalKey;
 
 use csi_provisioner::controller::claim::cached;
 use csi_provisioner::controller::claim::decide::{
     CachedPv, Decision, Facts, Recall, decide, still_creates,
 };
 use csi_provisioner::controller::node::Placement;
+use csi_provisioner::controller::volume::decide as volume;
+use csi_provisioner::csi::{DriverCapabilities, pb};
 use csi_provisioner::keys;
 use csi_provisioner::kube::slim;
-use csi_provisioner::provision::{ClaimView, ProvisionOptions};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PersistentVolumeClaimSpec};
+use csi_provisioner::names::PvPhase;
+use csi_provisioner::provision::{ClaimView, DriverInfo, ProvisionOptions, build_pv, plan};
+use k8s_openapi::api::core::v1::{
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, VolumeResourceRequirements,
+};
 use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
-use crate::state::{Claim, Memory, Pv};
+use crate::state::{Claim, Memory, Phase, Pv};
 
 pub const DRIVER: &str = "model.csi.example.com";
 const CLASS: &str = "fast";
@@ -70,6 +82,14 @@ pub fn pvc(i: usize, c: &Claim, policy: bool) -> PersistentVolumeClaim {
             ..Default::default()
         },
         spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_string(),
+                    Quantity("1Gi".into()),
+                )])),
+                ..Default::default()
+            }),
             storage_class_name: Some(CLASS.into()),
             volume_name: c.bound.then(|| format!("pvc-u{i}")),
             ..Default::default()
@@ -86,10 +106,52 @@ pub enum Act {
     ReleaseIntent,
 }
 
+/// The answers of the product's decisions, per checker thread, by their
+/// inputs: each is a pure function of what the model passes it, and the model
+/// asks the same question in many states (the product's crate is built
+/// without optimisation, and every question builds its objects anew).
+fn memo<K, V>(
+    answers: &'static LocalKey<RefCell<HashMap<K, V>>>,
+    key: K,
+    answer: impl FnOnce() -> V,
+) -> V
+where
+    K: Eq + Hash,
+    V: Copy,
+{
+    if let Some(v) = answers.with_borrow(|m| m.get(&key).copied()) {
+        return v;
+    }
+    let v = answer();
+    answers.with_borrow_mut(|m| m.insert(key, v));
+    v
+}
+
+type Answers<K, V> = RefCell<HashMap<K, V>>;
+
+thread_local! {
+    static CLAIM: Answers<(usize, Claim, bool, Memory, bool), Option<Act>> = Default::default();
+    static STILL_NEEDS: Answers<(usize, Claim, bool), bool> = Default::default();
+    static KEPT: Answers<(usize, Claim, bool), bool> = Default::default();
+    static DELETES: Answers<(usize, Pv, bool), bool> = Default::default();
+    static STILL_DELETES: Answers<(usize, Pv, Pv), bool> = Default::default();
+}
+
 /// The product's decision on claim `i` as a replica's cache shows it, with
 /// its PV cache and its memory; `None` for anything that does not act
 /// (forget, wait, requeue, refuse).
 pub fn decision(
+    i: usize,
+    claim: &Claim,
+    pv: Option<Pv>,
+    memory: Memory,
+    policy: bool,
+) -> Option<Act> {
+    let key = (i, *claim, pv.is_some(), memory, policy);
+    memo(&CLAIM, key, || claim_decision(i, claim, pv, memory, policy))
+}
+
+fn claim_decision(
     i: usize,
     claim: &Claim,
     pv: Option<Pv>,
@@ -106,7 +168,7 @@ pub fn decision(
         recall: Recall {
             // The driver's unsaved answer, as the memory holds it (its
             // handle does not matter to the decision).
-            created: memory.created.then(|| csi_provisioner::csi::pb::Volume {
+            created: memory.created.then(|| pb::Volume {
                 volume_id: format!("v{i}"),
                 ..Default::default()
             }),
@@ -137,12 +199,124 @@ pub fn decision(
 /// The product's answer to "does this claim, read again mid-attempt, still
 /// need a volume from us?".
 pub fn still_needs(i: usize, claim: &Claim, policy: bool) -> bool {
-    let obj = pvc(i, claim, policy);
-    still_creates(ClaimView(&obj), &CLASS_OBJ, DRIVER, &Placement::Central)
+    memo(&STILL_NEEDS, (i, *claim, policy), || {
+        let obj = pvc(i, claim, policy);
+        still_creates(ClaimView(&obj), &CLASS_OBJ, DRIVER, &Placement::Central)
+    })
 }
 
 /// Whether the claim cache keeps the claim at all (a bound claim without our
 /// finalizers is left out of it).
 pub fn kept_in_cache(i: usize, claim: &Claim, policy: bool) -> bool {
-    cached(&slim::Claim(pvc(i, claim, policy)))
+    memo(&KEPT, (i, *claim, policy), || {
+        cached(&slim::Claim(pvc(i, claim, policy)))
+    })
+}
+
+/// PV names the model may use (claims × incarnations).
+const MAX_PVS: usize = 8;
+
+/// The PV the product saves for claim `i` (`provision::plan` and `build_pv`,
+/// on the claim handed to us and the driver's answer), as the PV cache parses
+/// it (`slim::Pv`, by serde from the object's JSON), with the UID the API
+/// server gives it. Built once per name: only the version, phase and deletion
+/// timestamp vary.
+fn saved_pv(i: usize) -> &'static slim::Pv {
+    static SAVED: [OnceLock<slim::Pv>; MAX_PVS] = [const { OnceLock::new() }; MAX_PVS];
+    SAVED[i].get_or_init(|| {
+        let claim = pvc(
+            i,
+            &Claim {
+                rv: 1,
+                handed: true,
+                intent: true,
+                deleting: false,
+                bound: false,
+                handle: false,
+            },
+            false,
+        );
+        let driver = DriverInfo {
+            name: DRIVER.into(),
+            identity: "model".into(),
+            capabilities: DriverCapabilities {
+                controller_service: true,
+                create_delete_volume: true,
+                ..Default::default()
+            },
+        };
+        let plan =
+            plan(&claim, &CLASS_OBJ, &driver, &OPTIONS).expect("the model's claim is planned");
+        let answer = pb::CreateVolumeResponse {
+            volume: Some(pb::Volume {
+                volume_id: format!("vol-{i}"),
+                ..Default::default()
+            }),
+        };
+        let pv = build_pv(&plan, &claim, &CLASS_OBJ, &answer, &driver, &OPTIONS)
+            .expect("the model's PV is built");
+        let json = serde_json::to_value(&pv).expect("a PV serialises");
+        let mut slim: slim::Pv = serde_json::from_value(json).expect("the cache parses it");
+        slim.metadata.uid = Some(format!("pv-u{i}"));
+        slim
+    })
+}
+
+/// PV `i` as the API server would serve it.
+pub fn pv_object(i: usize, pv: &Pv) -> slim::Pv {
+    let mut obj = saved_pv(i).clone();
+    obj.metadata.resource_version = Some(pv.rv.to_string());
+    obj.metadata.deletion_timestamp = pv
+        .deleting
+        .then_some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+    let phase = match pv.phase {
+        Phase::Available => PvPhase::Available,
+        Phase::Bound => PvPhase::Bound,
+        Phase::Released => PvPhase::Released,
+    };
+    obj.status = Some(slim::PvStatus {
+        phase: Some(phase.as_str().to_string()),
+    });
+    obj
+}
+
+/// The volume path's decision on PV `i` as a replica's cache shows it, with
+/// what the process remembers (it finished the PV's deletion): whether to
+/// delete it. Forget, wait and requeue do not act; our PVs are born with our
+/// finalizer and policy Delete, so adding or removing it is never decided.
+pub fn deletes(i: usize, pv: &Pv, deleted: bool) -> bool {
+    memo(&DELETES, (i, *pv, deleted), || {
+        volume_decision(i, pv, deleted)
+    })
+}
+
+fn volume_decision(i: usize, pv: &Pv, deleted: bool) -> bool {
+    let obj = pv_object(i, pv);
+    let (decision, _attempt) = volume::decide(&volume::Facts {
+        pv: &obj,
+        driver: DRIVER,
+        place: &Placement::Central,
+        recall: volume::Recall {
+            deleted,
+            // Backoff is timing, as on the claim path.
+            held: None,
+        },
+    });
+    match decision {
+        volume::Decision::Delete => true,
+        volume::Decision::Forget | volume::Decision::Wait(_) | volume::Decision::Requeue(_) => {
+            false
+        }
+        volume::Decision::AddFinalizer | volume::Decision::RemoveFinalizer => {
+            panic!("outside the model (its PVs keep our finalizer and policy Delete): {decision:?}")
+        }
+    }
+}
+
+/// The product's answer to "is `fresh`, PV `i` as the API server has it,
+/// still the PV decided on (`cached`) and still to be deleted?".
+pub fn still_deletes(i: usize, fresh: &Pv, cached: &Pv) -> bool {
+    memo(&STILL_DELETES, (i, *fresh, *cached), || {
+        volume::still_to_delete(&pv_object(i, fresh), &pv_object(i, cached), DRIVER)
+    })
 }

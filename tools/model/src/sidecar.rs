@@ -1,8 +1,9 @@
 //! A replica's steps: the product's decision on its cached claim, then the
 //! acts in between decisions one step at a time, as `controller::claim`
 //! carries them out (create.rs, intent.rs with kube/fresh.rs and
-//! kube/clock.rs, abandon.rs), and the volume path. Each step reads or writes
-//! the API server once, or sends one CSI call.
+//! kube/clock.rs, abandon.rs), and the volume path's decision and its
+//! deletion (`controller::volume`, delete.rs). Each step reads or writes the
+//! API server once, or sends one CSI call.
 
 use crate::config::{Check, Config, Mode, Variant};
 use crate::product::{self, Act};
@@ -253,6 +254,7 @@ fn save(s: &mut State, r: usize, i: usize) -> Task {
             Some(Pv {
                 rv: 0,
                 phase: Phase::Available,
+                deleting: false,
             }),
         );
         s.replicas[r].clock = s.rv;
@@ -291,36 +293,101 @@ fn abandon(s: &State, r: usize, i: usize) -> Task {
     }
 }
 
-/// The volume path: a PV Released in the cache.
+/// The volume path: the product's decision on the PV as replica `r`'s cache
+/// shows it, with what the process remembers (`volume::reconcile`); a replica
+/// past its renew deadline starts nothing new.
 pub fn vol_decision(s: &State, r: usize, i: usize) -> bool {
     let rep = &s.replicas[r];
     s.gate_open(r)
         && rep.vols[i] == VolTask::Idle
-        && s.pv_cache(r, i).is_some_and(|p| p.phase == Phase::Released)
+        && s.pv_cache(r, i)
+            .is_some_and(|p| product::deletes(i, &p, rep.pv_deleted[i]))
 }
 
+pub fn vol_begin(s: &mut State, r: usize, i: usize) {
+    let copy = s.pv_cache(r, i).expect("decided on a cached PV");
+    s.replicas[r].vols[i] = VolTask::Confirm { copy };
+}
+
+/// One step of replica `r`'s deletion of PV `i` (delete.rs).
 pub fn vol_step(s: &mut State, r: usize, i: usize) {
     let next = match s.replicas[r].vols[i] {
-        VolTask::Confirm => {
-            let released = s.pvs[i].is_some_and(|p| p.phase == Phase::Released);
-            if released && s.gate_open(r) {
+        VolTask::Confirm { copy } => confirm_delete(s, r, i, copy),
+        VolTask::Gate { terminating } => {
+            if s.gate_open(r) {
                 s.calls.push(Call {
                     replica: r as u8,
                     claim: i as u8,
                     kind: CallKind::DeleteReleased,
                 });
-                VolTask::Deleting
+                VolTask::Deleting { terminating }
             } else {
                 VolTask::Idle
             }
         }
-        VolTask::DeletePv => {
+        VolTask::DeletePv => match s.pvs[i] {
+            // The DELETE (UID precondition) answers the object our finalizer
+            // keeps; one already Terminating is answered as it is.
+            Some(p) => {
+                if !p.deleting {
+                    s.write_pv(
+                        i,
+                        Some(Pv {
+                            deleting: true,
+                            ..p
+                        }),
+                    );
+                }
+                VolTask::DropFinalizer
+            }
+            None => {
+                s.replicas[r].pv_deleted[i] = true;
+                VolTask::Idle
+            }
+        },
+        VolTask::DropFinalizer => {
             if s.pvs[i].is_some() {
                 s.write_pv(i, None);
             }
+            s.replicas[r].pv_deleted[i] = true;
             VolTask::Idle
         }
-        VolTask::Idle | VolTask::Deleting => return,
+        VolTask::Idle | VolTask::Deleting { .. } => return,
     };
     s.replicas[r].vols[i] = next;
+}
+
+/// `delete` up to the call: not leader, nothing (`NotLeader`); then
+/// `confirm_delete`. A PV held by our finalizer (every PV here) and not
+/// Terminating in the copy decided on gets the DELETE fenced on that copy's
+/// UID and resourceVersion: it takes (the PV is Terminating now), or the PV
+/// is gone, or it conflicts; a conflict, or a copy already Terminating, reads
+/// the PV and decides again on it (`still_to_delete`). (The conflict and the
+/// read are one step: the conflict changes nothing.)
+fn confirm_delete(s: &mut State, r: usize, i: usize, copy: Pv) -> VolTask {
+    if !s.gate_open(r) {
+        return VolTask::Idle;
+    }
+    if !copy.deleting {
+        match s.pvs[i] {
+            None => return VolTask::Idle,
+            Some(now) if now.rv == copy.rv => {
+                s.write_pv(
+                    i,
+                    Some(Pv {
+                        deleting: true,
+                        ..now
+                    }),
+                );
+                return VolTask::Gate { terminating: true };
+            }
+            Some(_) => {}
+        }
+    }
+    match s.pvs[i] {
+        Some(fresh) if product::still_deletes(i, &fresh, &copy) => VolTask::Gate {
+            terminating: fresh.deleting,
+        },
+        _ => VolTask::Idle,
+    }
 }

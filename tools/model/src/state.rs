@@ -30,11 +30,16 @@ pub enum Phase {
     Released,
 }
 
-/// The PV of claim `i` (its claimRef is that claim, its handle its volume).
+/// The PV of claim `i` (its claimRef is that claim, its handle its volume),
+/// as the product saves it: reclaim policy Delete, held by our finalizer from
+/// its creation (`provision::build_pv`) until the volume path drops it, which
+/// removes it (nothing else deletes a PV here).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Pv {
     pub rv: u8,
     pub phase: Phase,
+    /// Its deletion timestamp is set (Terminating while our finalizer holds it).
+    pub deleting: bool,
 }
 
 /// One kind of object as the API server wrote it: the writes every replica's
@@ -148,16 +153,32 @@ pub enum Task {
     Release,
 }
 
-/// What one replica is doing about one PV: the volume path, modelled (it has
-/// no pure decision the model could call yet).
+/// What one replica is doing about one PV: the volume path's deletion
+/// (`controller::volume::delete`), decided by the product's own
+/// `volume::decide::decide` on the cached copy, one step at a time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum VolTask {
     Idle,
-    /// Released in the cache: read it fresh, then `DeleteVolume`, gated.
-    Confirm,
-    Deleting,
-    /// The volume is gone: delete the PV.
+    /// Decided `Delete` on this cached copy: the leader gate, then
+    /// `confirm_delete` (the DELETE fenced on its UID and resourceVersion
+    /// when it is held and not Terminating; else, or on a conflict, a fresh
+    /// read decided again with `still_to_delete`).
+    Confirm {
+        copy: Pv,
+    },
+    /// Confirmed (`terminating`: the PV as the API server answered it is
+    /// being deleted): the leader gate, then `DeleteVolume`.
+    Gate {
+        terminating: bool,
+    },
+    Deleting {
+        terminating: bool,
+    },
+    /// The volume is gone and the PV was not being deleted: DELETE it (UID
+    /// precondition; our finalizer keeps it, Terminating).
     DeletePv,
+    /// Our finalizer dropped: the PV goes.
+    DropFinalizer,
 }
 
 /// What a replica's process remembers about a claim (`ClaimMemory`).
@@ -180,6 +201,10 @@ pub struct Replica {
     pub tasks: Vec<Task>,
     pub vols: Vec<VolTask>,
     pub memory: Vec<Memory>,
+    /// The volume path's memory (`VolumeEntry::deleted`): this process
+    /// finished the PV's deletion; forgotten when the PV's deletion reaches
+    /// its cache (`volume::forget_deleted`).
+    pub pv_deleted: Vec<bool>,
     /// The version of this process's latest PV create (its write clock).
     pub clock: u8,
 }

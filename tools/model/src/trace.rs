@@ -34,6 +34,7 @@ pub fn summary(s: &State) -> String {
         };
         let pv = match s.pvs[i] {
             None => "-".to_string(),
+            Some(p) if p.deleting => format!("{:?}+deleting", p.phase),
             Some(p) => format!("{:?}", p.phase),
         };
         let vol = &s.volumes[i];
@@ -62,7 +63,7 @@ pub fn summary(s: &State) -> String {
         }
         for (i, vol) in rep.vols.iter().enumerate() {
             if *vol != VolTask::Idle {
-                let _ = write!(out, ", PV {i}: {vol:?}");
+                let _ = write!(out, ", PV {i}: {}", vol_name(vol));
             }
         }
     }
@@ -94,8 +95,9 @@ fn step_taken(before: &State, after: &State, action: Action) -> String {
         Action::VolStep(r, i) => {
             let (r, i) = (usize::from(r), usize::from(i));
             format!(
-                " [{:?} -> {:?}]",
-                before.replicas[r].vols[i], after.replicas[r].vols[i]
+                " [{} -> {}]",
+                vol_name(&before.replicas[r].vols[i]),
+                vol_name(&after.replicas[r].vols[i])
             )
         }
         Action::Run(k) => {
@@ -117,6 +119,17 @@ fn task_name(task: &Task) -> String {
         }
         Task::Clock { copy, since, .. } => format!("Clock(copy rv{}, after rv{since})", copy.rv),
         Task::Listing { copy, .. } => format!("Listing(copy rv{})", copy.rv),
+        other => format!("{other:?}"),
+    }
+}
+
+fn vol_name(task: &VolTask) -> String {
+    match task {
+        VolTask::Confirm { copy } => format!(
+            "Confirm(copy rv{}{})",
+            copy.rv,
+            if copy.deleting { ", deleting" } else { "" }
+        ),
         other => format!("{other:?}"),
     }
 }

@@ -130,11 +130,18 @@ pub fn claim_event(s: &mut State, r: usize) -> bool {
     true
 }
 
+/// Replica `r`'s PV cache replays the next write; a PV's deletion makes the
+/// volume path forget it (`volume::forget_deleted`).
 pub fn pv_event(s: &mut State, r: usize) -> bool {
-    if s.replicas[r].pvs_seen >= s.pv_feed.written() {
+    let seen = s.replicas[r].pvs_seen;
+    if seen >= s.pv_feed.written() {
         return false;
     }
+    let (_, i, obj) = s.pv_feed.events[usize::from(seen - s.pv_feed.folded)];
     s.replicas[r].pvs_seen += 1;
+    if obj.is_none() {
+        s.replicas[r].pv_deleted[usize::from(i)] = false;
+    }
     true
 }
 
@@ -216,8 +223,14 @@ fn answer(s: &mut State, r: usize, i: usize, kind: CallKind, after_create: Task)
             rep.memory[i].created = false;
             rep.tasks[i] = Task::ReleaseNow;
         }
-        (CallKind::DeleteReleased, _) if rep.vols[i] == VolTask::Deleting => {
-            rep.vols[i] = VolTask::DeletePv;
+        (CallKind::DeleteReleased, _) => {
+            if let VolTask::Deleting { terminating } = rep.vols[i] {
+                rep.vols[i] = if terminating {
+                    VolTask::DropFinalizer
+                } else {
+                    VolTask::DeletePv
+                };
+            }
         }
         _ => {}
     }
@@ -231,7 +244,7 @@ pub fn time_out(s: &mut State, r: usize, i: usize) -> bool {
         (Task::Creating, _) => &[CallKind::Create],
         (Task::Finding, _) => &[CallKind::Find],
         (Task::Deleting, _) => &[CallKind::DeleteAbandoned],
-        (_, VolTask::Deleting) => &[CallKind::DeleteReleased],
+        (_, VolTask::Deleting { .. }) => &[CallKind::DeleteReleased],
         _ => return false,
     };
     if kinds[0] == CallKind::DeleteReleased {
@@ -267,5 +280,6 @@ pub fn crash(s: &mut State, r: usize) {
     rep.tasks.fill(Task::Idle);
     rep.vols.fill(VolTask::Idle);
     rep.memory.fill(Memory::default());
+    rep.pv_deleted.fill(false);
     rep.clock = 0;
 }
