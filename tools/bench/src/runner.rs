@@ -391,7 +391,8 @@ pub(crate) async fn start_contender(
         ctx,
         &mut running,
         "start-up",
-        Duration::from_secs(180),
+        // A safety limit, not a measurement: the scale profile's largest cluster is listed first.
+        Duration::from_secs(600),
         async || {
             (
                 s.observer.times(probe).pv.is_some(),
@@ -418,7 +419,10 @@ pub(crate) async fn start_contender(
         },
     )
     .await;
-    anyhow::ensure!(ok, "{} did not delete the probe volume", who.label());
+    if !ok {
+        let left = volume_state(ctx, s, probe).await;
+        anyhow::bail!("{} did not delete the probe volume ({left})", who.label());
+    }
     result.api_startup = ctx.cluster.request_counts().await?.since(&before);
     result.startup_bytes = s
         .proxy
@@ -427,6 +431,43 @@ pub(crate) async fn start_contender(
         .map(|(p, b)| p.stats().bytes_sent - b);
     phase_metrics(&running, result, "startup", &[]).await;
     Ok(running)
+}
+
+/// What is left of `claim` and its PV, for a note when its volume was not deleted in time.
+async fn volume_state(ctx: &Ctx, s: &Setup, claim: &str) -> String {
+    let client = &ctx.cluster.admin;
+    let claim_left = match Api::<PersistentVolumeClaim>::namespaced(client.clone(), &s.ns)
+        .get_opt(claim)
+        .await
+    {
+        Ok(Some(c)) => format!(
+            "claim still there: phase {:?}, volume {:?}, deleting {}, finalizers {:?}",
+            c.status.as_ref().and_then(|st| st.phase.clone()),
+            c.spec.as_ref().and_then(|sp| sp.volume_name.clone()),
+            c.metadata.deletion_timestamp.is_some(),
+            c.finalizers()
+        ),
+        Ok(None) => "claim gone".into(),
+        Err(e) => format!("claim: {e}"),
+    };
+    let pv_name = s.observer.state().pv_of.get(claim).cloned();
+    let pv_left = match pv_name {
+        None => "no PV seen".into(),
+        Some(name) => match Api::<PersistentVolume>::all(client.clone())
+            .get_opt(&name)
+            .await
+        {
+            Ok(Some(pv)) => format!(
+                "PV {name}: phase {:?}, deleting {}, finalizers {:?}",
+                pv.status.as_ref().and_then(|st| st.phase.clone()),
+                pv.metadata.deletion_timestamp.is_some(),
+                pv.finalizers()
+            ),
+            Ok(None) => format!("PV {name} gone"),
+            Err(e) => format!("PV {name}: {e}"),
+        },
+    };
+    format!("{claim_left}; {pv_left}")
 }
 
 /// The scrape at the end of start-up (cumulative: the phase began at spawn).
