@@ -330,10 +330,17 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 
 /// testbed/cluster.sh's settings for a profile. Scale: the binder's periodic sync at
 /// Kubernetes' default (15 s, not the tests' 2 s), so that at 50,000 pairs it does not walk
-/// 100,000 objects every 2 s on the machine the contenders are measured on.
+/// 100,000 objects every 2 s on the machine the contenders are measured on; etcd's quota at
+/// its suggested maximum, 8 GiB, not its default 2 GiB: 1,000 pairs and four small runs
+/// left a 17 MiB database, which grows with the pairs toward 1 GiB at 50,000 before the
+/// bursts' history, and a full database turns etcd read-only hours into a run
+/// (docs/benchmarks.md, "Scale").
 fn testbed_settings(profile: Profile) -> &'static [(&'static str, &'static str)] {
     match profile {
-        Profile::Scale => &[("CSI_TESTBED_PV_SYNC_PERIOD", "15s")],
+        Profile::Scale => &[
+            ("CSI_TESTBED_PV_SYNC_PERIOD", "15s"),
+            ("CSI_TESTBED_ETCD_QUOTA_BYTES", "8589934592"),
+        ],
         Profile::Quick | Profile::Full => &[],
     }
 }
