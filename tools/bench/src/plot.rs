@@ -90,6 +90,11 @@ pub fn draw(
             .build_cartesian_2d(0f64..x_max, 0f64..y_max)
             .map_err(err)?;
         let mut mesh = chart.configure_mesh();
+        // Whole numbers on the x-axis of the size plots (pairs), not `1000.0`.
+        let whole = |x: &f64| format!("{x:.0}");
+        if style == Style::LinesAndPoints {
+            mesh.x_label_formatter(&whole);
+        }
         if text {
             mesh.x_desc(x_desc)
                 .y_desc(y_desc)
