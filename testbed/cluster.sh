@@ -16,6 +16,13 @@
 # DIR defaults to $CSI_TESTBED_DIR or /tmp/csi-testbed. With
 # CSI_TESTBED_OWNER_PID set, a watchdog tears the cluster down when that
 # process dies (so a killed test run leaves nothing behind).
+#
+# Settings for large clusters (the benchmark's scale profile sets them; see
+# docs/benchmarks.md, "Scale"):
+#   CSI_TESTBED_PV_SYNC_PERIOD   kube-controller-manager's --pvclaimbinder-sync-period
+#                                (default 2s: the tests' claims bind at once; every period
+#                                the binder walks every PV and claim it caches)
+#   CSI_TESTBED_ETCD_QUOTA_BYTES etcd's --quota-backend-bytes (default: etcd's, 2 GiB)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cmd=${1:-}
@@ -152,7 +159,8 @@ up)
   log "starting etcd on 127.0.0.1:$ep"
   start etcd "$bin/etcd" --name=default --data-dir="$dir/etcd" \
     --listen-client-urls="http://127.0.0.1:$ep" --advertise-client-urls="http://127.0.0.1:$ep" \
-    --listen-peer-urls=http://127.0.0.1:0 --unsafe-no-fsync --log-level=warn
+    --listen-peer-urls=http://127.0.0.1:0 --unsafe-no-fsync --log-level=warn \
+    ${CSI_TESTBED_ETCD_QUOTA_BYTES:+--quota-backend-bytes="$CSI_TESTBED_ETCD_QUOTA_BYTES"}
   wait_for etcd 60 curl -fsS "http://127.0.0.1:$ep/health"
 
   openssl genrsa -out "$dir/sa.key" 2048 2>/dev/null
@@ -217,7 +225,7 @@ EOF
     --kubeconfig="$dir/kubeconfig" \
     --controllers=persistentvolume-binder-controller,persistentvolume-protection-controller,persistentvolumeclaim-protection-controller,namespace-controller \
     --leader-elect=false --use-service-account-credentials=false --secure-port=0 \
-    --pvclaimbinder-sync-period=2s --kube-api-qps=500 --kube-api-burst=1000 \
+    --pvclaimbinder-sync-period="${CSI_TESTBED_PV_SYNC_PERIOD:-2s}" --kube-api-qps=500 --kube-api-burst=1000 \
     --feature-gates=CrossNamespaceVolumeDataSource=true --v=2
   sleep 1
   kill -0 "$(cat "$dir/kube-controller-manager.pid")" || { log "kube-controller-manager exited"; tail -20 "$dir/kube-controller-manager.log" >&2; false; }

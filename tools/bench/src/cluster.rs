@@ -40,6 +40,16 @@ impl Cluster {
     /// in `dir` with testbed/cluster.sh (torn down by [`Cluster::down`], or by its
     /// watchdog if this process dies).
     pub async fn up(repo: &Path, dir: &Path, reuse: bool) -> anyhow::Result<Cluster> {
+        Cluster::up_with(repo, dir, reuse, &[]).await
+    }
+
+    /// [`Cluster::up`] with `env` for testbed/cluster.sh (its `CSI_TESTBED_*` settings).
+    pub async fn up_with(
+        repo: &Path,
+        dir: &Path,
+        reuse: bool,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Cluster> {
         let (dir, owned) = if reuse {
             let d = std::env::var_os("CSI_TESTBED_DIR")
                 .context("--reuse-cluster needs CSI_TESTBED_DIR (eval \"$(bash testbed/cluster.sh up DIR)\")")?;
@@ -50,6 +60,7 @@ impl Cluster {
                 .arg("up")
                 .arg(dir)
                 .env("CSI_TESTBED_OWNER_PID", std::process::id().to_string())
+                .envs(env.iter().copied())
                 .stderr(std::process::Stdio::inherit())
                 .output()
                 .context("running testbed/cluster.sh up")?;
@@ -81,14 +92,25 @@ impl Cluster {
     pub fn control_plane_pids(&self) -> Vec<u32> {
         ["kube-apiserver", "etcd"]
             .iter()
-            .filter_map(|name| {
-                std::fs::read_to_string(self.dir.join(format!("{name}.pid")))
-                    .ok()?
-                    .trim()
-                    .parse()
-                    .ok()
-            })
+            .filter_map(|name| self.pid_of(name))
             .collect()
+    }
+
+    /// The pid of one of the test bed's processes (`etcd`, `kube-apiserver`,
+    /// `kube-controller-manager`), from its pid file.
+    pub fn pid_of(&self, name: &str) -> Option<u32> {
+        std::fs::read_to_string(self.dir.join(format!("{name}.pid")))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// The size of etcd's database file (what `--quota-backend-bytes` bounds).
+    pub fn etcd_db_bytes(&self) -> Option<u64> {
+        std::fs::metadata(self.dir.join("etcd/member/snap/db"))
+            .ok()
+            .map(|m| m.len())
     }
 
     pub fn down(&self) {

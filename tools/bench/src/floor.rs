@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
@@ -144,12 +144,16 @@ pub async fn run(args: FloorArgs) -> anyhow::Result<()> {
             Api::<PersistentVolumeClaim>::all(client.clone()),
             watcher::Config::default(),
         )
+        .default_backoff()
         .for_each(move |ev| {
-            if let Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c)) = ev
-                && floor.wants(&c)
-                && floor.first_time(c.uid().unwrap_or_default())
-            {
-                let _ = tx.send(Job::Provision(Box::new(c)));
+            match ev {
+                Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c))
+                    if floor.wants(&c) && floor.first_time(c.uid().unwrap_or_default()) =>
+                {
+                    let _ = tx.send(Job::Provision(Box::new(c)));
+                }
+                Err(e) => eprintln!("floor: claim watch: {e}"),
+                _ => {}
             }
             futures::future::ready(())
         })
@@ -160,12 +164,16 @@ pub async fn run(args: FloorArgs) -> anyhow::Result<()> {
             Api::<PersistentVolume>::all(client),
             watcher::Config::default(),
         )
+        .default_backoff()
         .for_each(move |ev| {
-            if let Ok(watcher::Event::Apply(pv) | watcher::Event::InitApply(pv)) = ev
-                && floor.released(&pv)
-                && floor.first_time(format!("pv/{}", pv.name_any()))
-            {
-                let _ = tx.send(Job::Delete(Box::new(pv)));
+            match ev {
+                Ok(watcher::Event::Apply(pv) | watcher::Event::InitApply(pv))
+                    if floor.released(&pv) && floor.first_time(format!("pv/{}", pv.name_any())) =>
+                {
+                    let _ = tx.send(Job::Delete(Box::new(pv)));
+                }
+                Err(e) => eprintln!("floor: PV watch: {e}"),
+                _ => {}
             }
             futures::future::ready(())
         })

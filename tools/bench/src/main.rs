@@ -1,7 +1,7 @@
-//! `make bench` / `make bench-quick`: our csi-provisioner against the upstream
-//! Go sidecar and a minimal floor client, on one local control plane with the
+//! `make bench` / `make bench-quick` / `make bench-scale`: our csi-provisioner against
+//! the upstream Go sidecar and a minimal floor client, on one local control plane with the
 //! test driver, same flags, alternating, several rounds. Prints progress,
-//! then a table per scenario, and writes them (with plots) into
+//! then a table per scenario (per figure for `scale`), and writes them (with plots) into
 //! docs/benchmarks.md. A benchmark, not a test: nothing here asserts speed.
 
 mod cluster;
@@ -15,6 +15,7 @@ mod policies;
 mod procfs;
 mod report;
 mod runner;
+mod scale;
 mod scrape;
 mod stats;
 
@@ -91,6 +92,16 @@ struct RunArgs {
     /// Override the size of every burst (for a quick look; the report says what ran).
     #[arg(long)]
     claims: Option<usize>,
+    /// Scale profile: these cluster sizes (bound PV/PVC pairs) instead of 1,000, 10,000,
+    /// 20,000 and 50,000; repeatable (e.g. `--pairs 1000` for a small run).
+    #[arg(long)]
+    pairs: Vec<usize>,
+    /// Scale profile: claims in the burst into the full cluster (default 2,000).
+    #[arg(long)]
+    burst: Option<usize>,
+    /// Scale and idle scenarios: seconds of idling before the RSS is read.
+    #[arg(long)]
+    idle_secs: Option<u64>,
     /// `--worker-threads` for every contender (default: upstream's 100). For the
     /// experiment "slot-bound or machine-bound?": `--worker-threads 200` at raised limits.
     #[arg(long, env = "BENCH_WORKER_THREADS", default_value_t = plan::WORKER_THREADS)]
@@ -144,7 +155,18 @@ async fn main() -> anyhow::Result<()> {
             let name = format!("{profile:?}").to_lowercase();
             let path = results.unwrap_or_else(|| dir.join(format!("{name}-results.json")));
             let results: Vec<RunResult> = serde_json::from_slice(&std::fs::read(&path)?)?;
-            for (file, _) in draw_plots(&dir, &name, &plan::plan(profile), &results) {
+            let files: Vec<String> = if profile == Profile::Scale {
+                scale::report::draw_plots(&dir, &results)
+                    .into_values()
+                    .map(|(file, _)| file)
+                    .collect()
+            } else {
+                draw_plots(&dir, &name, &plan::plan(profile), &results)
+                    .into_iter()
+                    .map(|(file, _)| file)
+                    .collect()
+            };
+            for file in files {
                 eprintln!("bench: wrote {}", dir.join(file).display());
             }
             Ok(())
@@ -155,7 +177,16 @@ async fn main() -> anyhow::Result<()> {
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let repo = std::env::current_dir()?;
-    let mut scenarios: Vec<Scenario> = plan::plan(args.profile)
+    anyhow::ensure!(
+        args.profile == Profile::Scale || (args.pairs.is_empty() && args.burst.is_none()),
+        "--pairs and --burst are the scale profile's"
+    );
+    let planned = if args.pairs.is_empty() {
+        plan::plan(args.profile)
+    } else {
+        plan::scale_plan(&args.pairs, plan::SCALE_BURST, plan::SCALE_IDLE_SECS)
+    };
+    let mut scenarios: Vec<Scenario> = planned
         .into_iter()
         .filter(|s| args.only.is_empty() || args.only.contains(&s.name))
         .collect();
@@ -179,6 +210,20 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         }
     }
+    for s in scenarios.iter_mut() {
+        match &mut s.workload {
+            Workload::Scale {
+                burst, idle_secs, ..
+            } => {
+                *burst = args.burst.unwrap_or(*burst);
+                *idle_secs = args.idle_secs.unwrap_or(*idle_secs);
+            }
+            Workload::Idle { idle_secs, .. } => {
+                *idle_secs = args.idle_secs.unwrap_or(*idle_secs);
+            }
+            _ => {}
+        }
+    }
     let machine = Machine::read(&repo);
     let cluster_dir = args
         .cluster_dir
@@ -190,7 +235,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         scenarios.len(),
         cluster_dir.display()
     );
-    let cluster = cluster::Cluster::up(&repo, &cluster_dir, args.reuse_cluster).await?;
+    let cluster = cluster::Cluster::up_with(
+        &repo,
+        &cluster_dir,
+        args.reuse_cluster,
+        testbed_settings(args.profile),
+    )
+    .await?;
     let bins = Binaries {
         upstream: args
             .upstream
@@ -277,6 +328,23 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     )
 }
 
+/// testbed/cluster.sh's settings for a profile. Scale: the binder's periodic sync at
+/// Kubernetes' default (15 s, not the tests' 2 s), so that at 50,000 pairs it does not walk
+/// 100,000 objects every 2 s on the machine the contenders are measured on; etcd's quota at
+/// its suggested maximum, 8 GiB, not its default 2 GiB: 1,000 pairs and four small runs
+/// left a 17 MiB database, which grows with the pairs toward 1 GiB at 50,000 before the
+/// bursts' history, and a full database turns etcd read-only hours into a run
+/// (docs/benchmarks.md, "Scale").
+fn testbed_settings(profile: Profile) -> &'static [(&'static str, &'static str)] {
+    match profile {
+        Profile::Scale => &[
+            ("CSI_TESTBED_PV_SYNC_PERIOD", "15s"),
+            ("CSI_TESTBED_ETCD_QUOTA_BYTES", "8589934592"),
+        ],
+        Profile::Quick | Profile::Full => &[],
+    }
+}
+
 /// Results as they come in, from every track, saved after each run so an
 /// interrupted benchmark keeps what it measured.
 struct ResultSink {
@@ -307,8 +375,14 @@ impl ResultSink {
 /// Runs `scenarios` one after the other on `ctx`'s control plane, contenders
 /// alternating within each.
 async fn run_track(ctx: &Ctx, scenarios: &[&Scenario], sink: &ResultSink) -> anyhow::Result<()> {
-    for sc in scenarios {
-        if let Workload::Idle { .. } = sc.workload {
+    // The scale profile's cluster, grown size after size.
+    let mut bed = None;
+    for (i, sc) in scenarios.iter().enumerate() {
+        if let Workload::Scale { .. } = sc.workload {
+            // Each size starts with another contender.
+            let order = ctx.chosen(rotation(i as u32));
+            sink.push(scale::run_size(ctx, sc, &order, &mut bed).await)?;
+        } else if let Workload::Idle { .. } = sc.workload {
             // ours+policies too: its start-up and idle cost are measured, not assumed.
             let order = ctx.chosen(rotation(0));
             sink.push(runner::run_idle(ctx, sc, &order).await)?;
@@ -334,6 +408,9 @@ fn write_report(
     header: String,
     no_doc: bool,
 ) -> anyhow::Result<()> {
+    if profile == Profile::Scale {
+        return write_scale_report(repo, doc, scenarios, results, header, no_doc);
+    }
     let mut verdicts = Vec::new();
     let mut sections = String::new();
     for sc in scenarios {
@@ -392,9 +469,81 @@ fn write_report(
     Ok(())
 }
 
+/// The scale profile's report: a table and a plot per figure (`scale::report`), then the
+/// sidecar metrics of the largest size.
+fn write_scale_report(
+    repo: &Path,
+    doc: &Path,
+    scenarios: &[Scenario],
+    results: &[RunResult],
+    header: String,
+    no_doc: bool,
+) -> anyhow::Result<()> {
+    let doc_path = abs(repo, doc);
+    let asset_dir = doc_path.with_extension("");
+    let rel = asset_dir
+        .file_name()
+        .map(|d| d.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let plots = if no_doc {
+        BTreeMap::new()
+    } else {
+        std::fs::create_dir_all(&asset_dir)?;
+        scale::report::draw_plots(&asset_dir, results)
+    };
+    let (mut text, _) = scale::report::body(results, &plots, &rel);
+    if let Some(largest) = scenarios.last()
+        && let Some(metrics) = report::metrics_section(largest, results)
+    {
+        text.push_str(&metrics.replace("### ", "#### "));
+        text.push('\n');
+    }
+    println!("\n{text}");
+    if !no_doc {
+        std::fs::write(
+            asset_dir.join("scale-results.json"),
+            serde_json::to_vec(results)?,
+        )?;
+        let mut body = header;
+        body.push_str(&report::worker_threads_line(results).unwrap_or_default());
+        body.push('\n');
+        body.push_str(&text);
+        body.push_str(&format!(
+            "\nRaw per-run data: [`{rel}/scale-results.json`]({rel}/scale-results.json).\n"
+        ));
+        let old = std::fs::read_to_string(&doc_path).unwrap_or_else(|_| "# Benchmarks\n".into());
+        std::fs::write(
+            &doc_path,
+            report::replace_section(&old, "bench scale", &body),
+        )?;
+        eprintln!(
+            "bench: wrote {} ({} sizes)",
+            doc_path.display(),
+            scenarios.len()
+        );
+    }
+    Ok(())
+}
+
 /// The scenarios of `profile` that have results, with the burst sizes that ran
-/// (a run may have overridden them with `--claims`).
+/// (a run may have overridden them with `--claims`; for `scale`, the sizes, bursts and
+/// idle times the results record).
 fn scenarios_that_ran(profile: Profile, results: &[RunResult]) -> Vec<Scenario> {
+    if profile == Profile::Scale {
+        let mut out: Vec<Scenario> = Vec::new();
+        for r in results {
+            if let Some(e) = &r.scale
+                && !out.iter().any(|s| s.name == r.scenario)
+            {
+                out.extend(plan::scale_plan(&[e.pairs], r.claims, e.idle_secs));
+            }
+        }
+        out.sort_by_key(|s| match s.workload {
+            Workload::Scale { pairs, .. } => pairs,
+            _ => 0,
+        });
+        return out;
+    }
     plan::plan(profile)
         .into_iter()
         .filter_map(|mut s| {
@@ -485,7 +634,7 @@ fn draw_plots(
             "seconds since the first claim",
             "PVs created",
             &series,
-            false,
+            plot::Style::Lines,
         ) {
             Ok(()) => out.push((file, caption)),
             Err(e) => eprintln!("bench: {e:#}"),
@@ -520,7 +669,7 @@ fn draw_plots(
             "claim arrival (s)",
             "claim → PV latency (s)",
             &series,
-            true,
+            plot::Style::Points,
         ) {
             Ok(()) => out.push((file, caption)),
             Err(e) => eprintln!("bench: {e:#}"),
@@ -637,10 +786,10 @@ impl Machine {
             .output()
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
             .unwrap_or_default();
-        let target = if profile == "quick" {
-            "make bench-quick"
-        } else {
-            "make bench"
+        let target = match profile {
+            "quick" => "make bench-quick",
+            "scale" => "make bench-scale",
+            _ => "make bench",
         };
         format!(
             "### Profile `{profile}`: last run {date}\n\n\

@@ -1,5 +1,5 @@
 //! What a profile runs: the scenarios, their sizes and how many rounds. Pure,
-//! so the sizes of `quick` and `full` are visible in one place.
+//! so the sizes of `quick`, `full` and `scale` are visible in one place.
 
 use serde::Serialize;
 
@@ -10,7 +10,18 @@ pub enum Profile {
     Quick,
     /// The sizes of the issue: bursts of 2,000, 20 PVCs/s for 60 s, 10,000 idle objects.
     Full,
+    /// The cluster's size (issue 41): 1,000 to 50,000 bound PV/PVC pairs, and at each size
+    /// start-up, idle memory, a burst into the full cluster, a forced relist, a `/metrics`
+    /// scrape and an audit. `make bench-scale`; hours.
+    Scale,
 }
+
+/// The cluster sizes of the scale profile: bound PV/PVC pairs.
+pub const SCALE_PAIRS: [usize; 4] = [1_000, 10_000, 20_000, 50_000];
+/// New claims of the scale profile's burst into the full cluster.
+pub const SCALE_BURST: usize = 2_000;
+/// How long each contender idles at each size before its RSS is read.
+pub const SCALE_IDLE_SECS: u64 = 60;
 
 /// Client-side API rate limits, passed as `--kube-api-qps` / `--kube-api-burst`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -39,6 +50,14 @@ pub enum Workload {
     /// `objects` bound PVs and PVCs in the cluster; the contender starts, provisions one
     /// probe claim, and then idles for `idle_secs`.
     Idle { objects: usize, idle_secs: u64 },
+    /// `pairs` bound PV/PVC pairs in the cluster (spread over namespaces and classes); each
+    /// contender starts (a claim waiting), idles `idle_secs`, is scraped, provisions a burst
+    /// of `burst` claims, relists (forced) and, ours, is audited.
+    Scale {
+        pairs: usize,
+        burst: usize,
+        idle_secs: u64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -70,6 +89,13 @@ impl Scenario {
                 format!("Steady arrival, {rate} claims/s for {secs} s")
             }
             Workload::Idle { objects, .. } => format!("Idle with {objects} bound PVs and PVCs"),
+            Workload::Scale {
+                pairs,
+                burst,
+                idle_secs,
+            } => format!(
+                "{pairs} bound PV/PVC pairs: start-up, {idle_secs} s idle, a burst of {burst} claims, a forced relist"
+            ),
         };
         format!(
             "{what}, {limits} (--kube-api-qps={} --kube-api-burst={}), CSI latency {} ms",
@@ -83,8 +109,33 @@ impl Scenario {
             Workload::Burst { claims } => *claims,
             Workload::Steady { rate, secs } => (rate * *secs as f64).round() as usize,
             Workload::Idle { .. } => 1,
+            Workload::Scale { burst, .. } => *burst,
         }
     }
+}
+
+/// The scale profile's scenarios (`scale-<pairs>`), smallest cluster first: each size fills
+/// the cluster further, so the order is the order the pairs are created in.
+pub fn scale_plan(pairs: &[usize], burst: usize, idle_secs: u64) -> Vec<Scenario> {
+    let mut sizes = pairs.to_vec();
+    sizes.sort_unstable();
+    sizes.dedup();
+    sizes
+        .into_iter()
+        .map(|pairs| {
+            scenario(
+                &format!("scale-{pairs}"),
+                Workload::Scale {
+                    pairs,
+                    burst,
+                    idle_secs,
+                },
+                RAISED_LIMITS,
+                0,
+                1,
+            )
+        })
+        .collect()
 }
 
 fn scenario(
@@ -159,6 +210,7 @@ pub fn plan(profile: Profile) -> Vec<Scenario> {
                 1,
             ),
         ],
+        Profile::Scale => scale_plan(&SCALE_PAIRS, SCALE_BURST, SCALE_IDLE_SECS),
         Profile::Full => vec![
             scenario(
                 "burst-raised-0ms",
@@ -246,7 +298,7 @@ mod tests {
 
     #[test]
     fn names_are_unique_and_quick_bursts_are_500_at_raised_limits() {
-        for profile in [Profile::Quick, Profile::Full] {
+        for profile in [Profile::Quick, Profile::Full, Profile::Scale] {
             let p = plan(profile);
             let mut names: Vec<_> = p.iter().map(|s| s.name.clone()).collect();
             names.sort();
@@ -259,8 +311,44 @@ mod tests {
     }
 
     #[test]
+    fn scale_has_the_sizes_of_its_issue_smallest_first() {
+        let scale = plan(Profile::Scale);
+        let names: Vec<&str> = scale.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["scale-1000", "scale-10000", "scale-20000", "scale-50000"]
+        );
+        for s in &scale {
+            assert!(matches!(
+                s.workload,
+                Workload::Scale {
+                    burst: 2000,
+                    idle_secs: 60,
+                    ..
+                }
+            ));
+            assert_eq!(s.limits, RAISED_LIMITS, "the burst runs at raised limits");
+            assert_eq!(s.volumes(), 2000);
+            assert!(!s.own_control_plane);
+        }
+        // A chosen size list is sorted and deduplicated: the cluster only grows.
+        let small = scale_plan(&[10_000, 1_000, 1_000], 100, 10);
+        assert_eq!(small.len(), 2);
+        assert_eq!(small[0].name, "scale-1000");
+        assert_eq!(
+            small[1].workload,
+            Workload::Scale {
+                pairs: 10_000,
+                burst: 100,
+                idle_secs: 10
+            }
+        );
+        assert!(small[0].title().starts_with("1000 bound PV/PVC pairs"));
+    }
+
+    #[test]
     fn only_token_bucket_bound_scenarios_get_a_control_plane_of_their_own() {
-        for profile in [Profile::Quick, Profile::Full] {
+        for profile in [Profile::Quick, Profile::Full, Profile::Scale] {
             for s in plan(profile) {
                 if s.own_control_plane {
                     assert_eq!(s.limits, DEFAULT_LIMITS, "{}", s.name);

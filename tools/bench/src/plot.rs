@@ -14,6 +14,15 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
 }
 
+/// How a series is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    Lines,
+    Points,
+    /// Lines with a marker at each point (few points: one per cluster size).
+    LinesAndPoints,
+}
+
 pub const UPSTREAM: RGBColor = RGBColor(0x1f, 0x77, 0xb4);
 pub const OURS: RGBColor = RGBColor(0xd6, 0x27, 0x28);
 pub const FLOOR: RGBColor = RGBColor(0x7f, 0x7f, 0x7f);
@@ -42,14 +51,14 @@ pub fn fonts_available() -> bool {
     })
 }
 
-/// Draws the series as lines (or points) and writes a PNG.
+/// Draws the series and writes a PNG.
 pub fn draw(
     path: &Path,
     caption: &str,
     x_desc: &str,
     y_desc: &str,
     series: &[Series],
-    as_points: bool,
+    style: Style,
 ) -> anyhow::Result<()> {
     let (w, h) = (1000u32, 560u32);
     let mut buf = vec![0u8; (w * h * 3) as usize];
@@ -81,6 +90,11 @@ pub fn draw(
             .build_cartesian_2d(0f64..x_max, 0f64..y_max)
             .map_err(err)?;
         let mut mesh = chart.configure_mesh();
+        // Whole numbers on the x-axis of the size plots (pairs), not `1000.0`.
+        let whole = |x: &f64| format!("{x:.0}");
+        if style == Style::LinesAndPoints {
+            mesh.x_label_formatter(&whole);
+        }
         if text {
             mesh.x_desc(x_desc)
                 .y_desc(y_desc)
@@ -91,17 +105,23 @@ pub fn draw(
         mesh.draw().map_err(err)?;
         for s in series {
             let color = s.color;
-            let drawn = if as_points {
-                chart
-                    .draw_series(s.points.iter().map(|&p| Circle::new(p, 2, color.filled())))
-                    .map_err(err)?
-            } else {
-                chart
+            let marker = if style == Style::LinesAndPoints { 4 } else { 2 };
+            let points = || {
+                s.points
+                    .iter()
+                    .map(move |&p| Circle::new(p, marker, color.filled()))
+            };
+            if style == Style::LinesAndPoints {
+                chart.draw_series(points()).map_err(err)?;
+            }
+            let drawn = match style {
+                Style::Points => chart.draw_series(points()).map_err(err)?,
+                Style::Lines | Style::LinesAndPoints => chart
                     .draw_series(LineSeries::new(
                         s.points.iter().copied(),
                         color.stroke_width(2),
                     ))
-                    .map_err(err)?
+                    .map_err(err)?,
             };
             if text {
                 drawn.label(s.label.clone()).legend(move |(x, y)| {
@@ -148,7 +168,7 @@ mod tests {
             color: OURS,
             points: vec![(0.0, 0.0), (1.0, 2.0), (2.0, 3.0)],
         };
-        draw(&path, "t", "x", "y", &[s], false).unwrap();
+        draw(&path, "t", "x", "y", &[s], Style::LinesAndPoints).unwrap();
         let bytes = std::fs::read(&path).unwrap();
         assert_eq!(&bytes[1..4], b"PNG");
         std::fs::remove_dir_all(dir).unwrap();

@@ -2,7 +2,9 @@
 //! policies of deploy/kubernetes/ (the provisioning intent made in
 //! kube-controller-manager's hand-over update, released in the binder's),
 //! installed for one run's driver before the contender starts and removed
-//! after it, and enforced before anything is measured.
+//! after it, enforced before anything is measured and no longer acting once
+//! removed (the scale profile's runs share one driver: a policy still acting
+//! would put the intent on the next contender's claims).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -22,8 +24,13 @@ const PLACEHOLDER_DRIVER: &str = "csi-driver.example.com";
 const INTENT: &str = "csi-provisioner.rs/provisioning-intent";
 const PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
 
-/// Policies and bindings created for one run: (kind, name).
-pub struct Installed(Vec<(String, String)>);
+/// Policies and bindings created for one run: (kind, name), and the driver and
+/// namespace they were checked with.
+pub struct Installed {
+    objects: Vec<(String, String)>,
+    driver: String,
+    ns: String,
+}
 
 fn resource(kind: &str) -> ApiResource {
     ApiResource {
@@ -67,22 +74,27 @@ pub async fn install(
             created.push((kind, name.clone()));
         }
     }
-    let installed = Installed(created);
-    if let Err(e) = enforced(client, driver, ns).await {
+    let installed = Installed {
+        objects: created,
+        driver: driver.to_string(),
+        ns: ns.to_string(),
+    };
+    if let Err(e) = acting(client, driver, ns, true).await {
         installed.remove(client).await;
         return Err(e);
     }
     Ok(installed)
 }
 
-/// Waits until the provisioning-intent policy acts (a policy takes a moment).
-async fn enforced(client: &Client, driver: &str, ns: &str) -> anyhow::Result<()> {
+/// Waits until the provisioning-intent policy acts, or (`acting` false) no longer
+/// does: a policy takes a moment to load, and to unload.
+async fn acting(client: &Client, driver: &str, ns: &str, acting: bool) -> anyhow::Result<()> {
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
     let t0 = Instant::now();
     let mut n = 0;
     loop {
         n += 1;
-        let name = format!("policy-probe-{n}");
+        let name = format!("policy-{}-{n}", if acting { "probe" } else { "gone" });
         let probe: PersistentVolumeClaim = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "PersistentVolumeClaim",
             "metadata": {"name": name, "namespace": ns, "annotations": {PROVISIONER: driver}},
@@ -98,24 +110,30 @@ async fn enforced(client: &Client, driver: &str, ns: &str) -> anyhow::Result<()>
             claims.replace(&name, &PostParams::default(), &c).await?;
         }
         claims.delete(&name, &DeleteParams::default()).await?;
-        if held {
+        if held == acting {
             return Ok(());
         }
         anyhow::ensure!(
             t0.elapsed() < Duration::from_secs(120),
-            "the provisioning-intent policy was not enforced within 120 s"
+            "the provisioning-intent policy was still {} after 120 s",
+            if acting { "not enforced" } else { "acting" }
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
 impl Installed {
+    /// Deletes the policies and bindings, and waits until a claim made for the
+    /// driver no longer gets the intent.
     pub async fn remove(self, client: &Client) {
-        for (kind, name) in self.0.into_iter().rev() {
+        for (kind, name) in self.objects.into_iter().rev() {
             let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource(&kind));
             if let Err(e) = api.delete(&name, &DeleteParams::default()).await {
                 eprintln!("bench: removing the {kind} {name}: {e}");
             }
+        }
+        if let Err(e) = acting(client, &self.driver, &self.ns, false).await {
+            eprintln!("bench: {e:#}");
         }
     }
 }

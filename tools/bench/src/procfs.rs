@@ -41,6 +41,13 @@ pub fn sample(pid: u32, ticks: f64) -> io::Result<ProcSample> {
     })
 }
 
+/// Resets the process's peak resident set (`VmHWM`) to its current RSS (`5` written to
+/// `/proc/<pid>/clear_refs`; Linux 4.0+, our own processes), so that a later reading is the
+/// peak of what came after.
+pub fn reset_peak(pid: u32) -> io::Result<()> {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5")
+}
+
 /// utime + stime (fields 14 and 15) of a `/proc/<pid>/stat` line. The command
 /// name (field 2) may hold spaces and parentheses, so fields are counted from
 /// the last `)`.
@@ -81,6 +88,22 @@ mod tests {
         assert_eq!(status_kib(status, "VmRSS"), Some(10240));
         assert_eq!(status_kib(status, "VmHWM"), Some(20480));
         assert_eq!(status_kib(status, "VmSwap"), None);
+    }
+
+    #[test]
+    fn the_peak_can_be_reset_to_the_current_rss() {
+        let me = std::process::id();
+        // 64 MiB touched, then given back (an allocation this large is its own mapping).
+        let grown = std::hint::black_box(vec![1u8; 64 << 20]);
+        let before = sample(me, clock_ticks()).unwrap();
+        drop(grown);
+        reset_peak(me).unwrap();
+        let after = sample(me, clock_ticks()).unwrap();
+        assert!(
+            after.hwm_kib + (32 << 10) < before.hwm_kib,
+            "the peak forgot the 64 MiB: {before:?} {after:?}"
+        );
+        assert!(after.hwm_kib >= after.rss_kib, "{after:?}");
     }
 
     #[test]

@@ -196,14 +196,22 @@ pub struct Target {
 }
 
 impl Target {
-    fn text(&self) -> String {
+    /// Met when the ratio is at most `bound`.
+    pub(crate) const fn at_most(bound: f64) -> Target {
+        Target {
+            bound,
+            better: Better::Lower,
+        }
+    }
+
+    pub(crate) fn text(&self) -> String {
         match self.better {
             Better::Higher => format!("≥ {}×", trim(self.bound)),
             Better::Lower => format!("≤ {}", frac(self.bound)),
         }
     }
 
-    fn met(&self, ratio: f64) -> bool {
+    pub(crate) fn met(&self, ratio: f64) -> bool {
         match self.better {
             Better::Higher => ratio >= self.bound,
             Better::Lower => ratio <= self.bound + 1e-9,
@@ -226,14 +234,14 @@ fn frac(x: f64) -> String {
     }
 }
 
-fn fmt(v: Option<f64>, decimals: usize) -> String {
+pub(crate) fn fmt(v: Option<f64>, decimals: usize) -> String {
     v.map_or("–".to_string(), |x| format!("{x:.decimals$}"))
 }
 
 /// The contenders of a table's columns, in order.
-const COLUMNS: [Who; 4] = [Who::Upstream, Who::Ours, Who::OursPolicies, Who::Floor];
+pub(crate) const COLUMNS: [Who; 4] = [Who::Upstream, Who::Ours, Who::OursPolicies, Who::Floor];
 /// The contenders whose ratios are judged against the targets.
-const JUDGED: [Who; 2] = [Who::Ours, Who::OursPolicies];
+pub(crate) const JUDGED: [Who; 2] = [Who::Ours, Who::OursPolicies];
 
 struct Row {
     label: String,
@@ -623,6 +631,8 @@ pub fn scenario_section(
                 None,
             ));
         }
+        // The scale profile has a report of its own (`scale::report`).
+        Workload::Scale { .. } => {}
     }
     out.push_str(&table(&rows, verdicts, &sc.name));
     out

@@ -7,6 +7,7 @@
 //! holds no volume → read peak RSS → stop.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -82,6 +83,13 @@ pub struct RunResult {
     pub api_startup: Counts,
     /// Requests while idle (idle scenario only).
     pub api_idle: Counts,
+    /// Bytes the contender read from spawn to the probe's volume deleted, when it reached
+    /// the API server through the fault proxy (scale profile).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_bytes: Option<u64>,
+    /// The scale profile's figures beyond these (`scale::Extra`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale: Option<crate::scale::Extra>,
     pub csi_calls: BTreeMap<String, f64>,
     /// Claim created → its PV seen, per claim (seconds).
     pub latency_pv: Vec<f64>,
@@ -124,7 +132,7 @@ impl Ctx {
         order
     }
 
-    fn say(&self, msg: &str) {
+    pub(crate) fn say(&self, msg: &str) {
         eprintln!(
             "[{:>7.1}s] {}{msg}",
             self.started.elapsed().as_secs_f64(),
@@ -138,14 +146,22 @@ fn deadline(claims: usize, limits: Limits) -> Duration {
     Duration::from_secs_f64(300.0 + claims as f64 * 12.0 / f64::from(limits.qps))
 }
 
-struct Setup {
-    tag: String,
-    ns: String,
-    class: String,
-    driver_name: String,
-    driver: Driver,
-    control: Control,
-    observer: Arc<Observer>,
+/// What one run works in: its driver, namespace and class, what watches them, and how the
+/// contender reaches the API server.
+pub(crate) struct Setup {
+    pub tag: String,
+    pub ns: String,
+    pub class: String,
+    pub driver_name: String,
+    /// The run's own driver, or one shared by the runs of a cluster (scale profile).
+    pub driver: Arc<Driver>,
+    pub control: Control,
+    pub observer: Arc<Observer>,
+    /// The contender's kubeconfig: its identity, directly or through `proxy`.
+    pub kubeconfig: PathBuf,
+    /// The fault proxy between the contender and the API server, if any (scale profile:
+    /// the forced relist, and the bytes the contender reads).
+    pub proxy: Option<Arc<kube_fault_proxy::Proxy>>,
 }
 
 async fn setup(
@@ -160,15 +176,30 @@ async fn setup(
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     let driver = crate::driver::start(&ctx.bins.driver, &dir.join("driver"), driver_name).await?;
-    let control = driver.control.clone();
     if latency_ms > 0 {
         for m in CSI_METHODS {
-            control
+            driver
+                .control
                 .set_fault(m, Fault::Latency { ms: latency_ms })
                 .await
                 .map_err(|e| anyhow::anyhow!("setting latency: {e}"))?;
         }
     }
+    prepare(ctx, tag, Arc::new(driver), driver_name, ns, class).await
+}
+
+/// A run's namespace and class (reclaim `Delete`, `Immediate`) for `driver`, and the
+/// observer of both; the contender gets the contender identity's kubeconfig.
+pub(crate) async fn prepare(
+    ctx: &Ctx,
+    tag: &str,
+    driver: Arc<Driver>,
+    driver_name: &str,
+    ns: &str,
+    class: &str,
+) -> anyhow::Result<Setup> {
+    std::fs::create_dir_all(ctx.work_dir.join(tag))?;
+    let control = driver.control.clone();
     let client = &ctx.cluster.admin;
     create_or_exists(
         &Api::<StorageClass>::all(client.clone()),
@@ -195,10 +226,12 @@ async fn setup(
         driver,
         control,
         observer,
+        kubeconfig: ctx.cluster.contender_kubeconfig.clone(),
+        proxy: None,
     })
 }
 
-async fn create_or_exists<K>(api: &Api<K>, obj: K) -> anyhow::Result<()>
+pub(crate) async fn create_or_exists<K>(api: &Api<K>, obj: K) -> anyhow::Result<()>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + Serialize + std::fmt::Debug,
 {
@@ -209,7 +242,7 @@ where
     }
 }
 
-fn claim(name: &str, ns: &str, class: &str) -> PersistentVolumeClaim {
+pub(crate) fn claim(name: &str, ns: &str, class: &str) -> PersistentVolumeClaim {
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
         "metadata": {"name": name, "namespace": ns},
@@ -222,7 +255,7 @@ fn claim(name: &str, ns: &str, class: &str) -> PersistentVolumeClaim {
     .expect("claim literal")
 }
 
-async fn create_claim(
+pub(crate) async fn create_claim(
     client: &Client,
     obs: &Observer,
     ns: &str,
@@ -250,7 +283,7 @@ async fn create_claim(
     }
 }
 
-async fn delete_claims(client: &Client, ns: &str, names: &[String]) {
+pub(crate) async fn delete_claims(client: &Client, ns: &str, names: &[String]) {
     let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
     futures::stream::iter(names)
         .for_each_concurrent(CLIENT_CONCURRENCY, |n| {
@@ -267,7 +300,7 @@ async fn delete_claims(client: &Client, ns: &str, names: &[String]) {
 }
 
 /// Waits until `done` or the deadline or the contender's death; returns whether done.
-async fn wait_until(
+pub(crate) async fn wait_until(
     ctx: &Ctx,
     running: &mut Running,
     what: &str,
@@ -301,7 +334,7 @@ async fn wait_until(
     }
 }
 
-fn sample(ctx: &Ctx, r: &Running) -> ProcSample {
+pub(crate) fn sample(ctx: &Ctx, r: &Running) -> ProcSample {
     procfs::sample(r.pid, ctx.ticks).unwrap_or_default()
 }
 
@@ -327,7 +360,7 @@ async fn driver_stats(control: &Control) -> (usize, BTreeMap<String, f64>) {
 
 /// Starts the contender with a probe claim waiting; returns it and the time to
 /// that claim's PV. Then deletes the probe and waits for its volume to go.
-async fn start_contender(
+pub(crate) async fn start_contender(
     ctx: &Ctx,
     s: &Setup,
     who: Who,
@@ -340,7 +373,7 @@ async fn start_contender(
     let http = contender::free_local_addr()?;
     let flags = contender::common_flags(
         &s.driver.endpoint,
-        &ctx.cluster.contender_kubeconfig,
+        &s.kubeconfig,
         limits,
         ctx.worker_threads,
         http,
@@ -351,13 +384,15 @@ async fn start_contender(
         .join(&s.tag)
         .join(format!("{}.log", who.slug()));
     let before = ctx.cluster.request_counts().await?;
+    let read_before = s.proxy.as_ref().map(|p| p.stats().bytes_sent);
     let t_spawn = Instant::now();
     let mut running = contender::spawn(who, &ctx.bins, &flags, log, http)?;
     let ok = wait_until(
         ctx,
         &mut running,
         "start-up",
-        Duration::from_secs(180),
+        // A safety limit, not a measurement: the scale profile's largest cluster is listed first.
+        Duration::from_secs(600),
         async || {
             (
                 s.observer.times(probe).pv.is_some(),
@@ -384,14 +419,59 @@ async fn start_contender(
         },
     )
     .await;
-    anyhow::ensure!(ok, "{} did not delete the probe volume", who.label());
+    if !ok {
+        let left = volume_state(ctx, s, probe).await;
+        anyhow::bail!("{} did not delete the probe volume ({left})", who.label());
+    }
     result.api_startup = ctx.cluster.request_counts().await?.since(&before);
+    result.startup_bytes = s
+        .proxy
+        .as_ref()
+        .zip(read_before)
+        .map(|(p, b)| p.stats().bytes_sent - b);
     phase_metrics(&running, result, "startup", &[]).await;
     Ok(running)
 }
 
+/// What is left of `claim` and its PV, for a note when its volume was not deleted in time.
+async fn volume_state(ctx: &Ctx, s: &Setup, claim: &str) -> String {
+    let client = &ctx.cluster.admin;
+    let claim_left = match Api::<PersistentVolumeClaim>::namespaced(client.clone(), &s.ns)
+        .get_opt(claim)
+        .await
+    {
+        Ok(Some(c)) => format!(
+            "claim still there: phase {:?}, volume {:?}, deleting {}, finalizers {:?}",
+            c.status.as_ref().and_then(|st| st.phase.clone()),
+            c.spec.as_ref().and_then(|sp| sp.volume_name.clone()),
+            c.metadata.deletion_timestamp.is_some(),
+            c.finalizers()
+        ),
+        Ok(None) => "claim gone".into(),
+        Err(e) => format!("claim: {e}"),
+    };
+    let pv_name = s.observer.state().pv_of.get(claim).cloned();
+    let pv_left = match pv_name {
+        None => "no PV seen".into(),
+        Some(name) => match Api::<PersistentVolume>::all(client.clone())
+            .get_opt(&name)
+            .await
+        {
+            Ok(Some(pv)) => format!(
+                "PV {name}: phase {:?}, deleting {}, finalizers {:?}",
+                pv.status.as_ref().and_then(|st| st.phase.clone()),
+                pv.metadata.deletion_timestamp.is_some(),
+                pv.finalizers()
+            ),
+            Ok(None) => format!("PV {name} gone"),
+            Err(e) => format!("PV {name}: {e}"),
+        },
+    };
+    format!("{claim_left}; {pv_left}")
+}
+
 /// The scrape at the end of start-up (cumulative: the phase began at spawn).
-fn startup_metrics(result: &RunResult) -> Vec<Sample> {
+pub(crate) fn startup_metrics(result: &RunResult) -> Vec<Sample> {
     result
         .sidecar_metrics
         .get("startup")
@@ -405,21 +485,8 @@ async fn scrape_metrics(running: &Running, result: &mut RunResult) -> Vec<Sample
     let Some(addr) = running.metrics else {
         return Vec::new();
     };
-    let read = tokio::task::spawn_blocking(move || -> std::io::Result<String> {
-        use std::io::{Read as _, Write as _};
-        let mut conn = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-        conn.set_read_timeout(Some(Duration::from_secs(10)))?;
-        conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
-        let mut page = String::new();
-        conn.read_to_string(&mut page)?;
-        Ok(page)
-    })
-    .await;
-    match read.unwrap_or_else(|e| Err(std::io::Error::other(e))) {
-        Ok(page) => {
-            let body = page.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-            scrape::parse(body)
-        }
+    match read_metrics_page(addr).await {
+        Ok((page, _)) => scrape::parse(&page),
         Err(e) => {
             result.notes.push(format!("reading {addr}/metrics: {e}"));
             Vec::new()
@@ -427,9 +494,27 @@ async fn scrape_metrics(running: &Running, result: &mut RunResult) -> Vec<Sample
     }
 }
 
+/// One `GET /metrics` of `addr`: the body, and the time from connecting to its last byte.
+pub(crate) async fn read_metrics_page(addr: SocketAddr) -> std::io::Result<(String, Duration)> {
+    let read = tokio::task::spawn_blocking(move || -> std::io::Result<(String, Duration)> {
+        use std::io::{Read as _, Write as _};
+        let t0 = Instant::now();
+        let mut conn = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+        conn.set_read_timeout(Some(Duration::from_secs(30)))?;
+        conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+        let mut page = String::new();
+        conn.read_to_string(&mut page)?;
+        let took = t0.elapsed();
+        let body = page.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        Ok((body.to_string(), took))
+    })
+    .await;
+    read.unwrap_or_else(|e| Err(std::io::Error::other(e)))
+}
+
 /// Scrapes the contender at the end of `phase` and keeps what changed since
 /// `before` (the scrape at the end of the previous phase); returns the scrape.
-async fn phase_metrics(
+pub(crate) async fn phase_metrics(
     running: &Running,
     result: &mut RunResult,
     phase: &str,
@@ -488,7 +573,7 @@ pub async fn run_workload(ctx: &Ctx, sc: &Scenario, who: Who, round: u32) -> Run
 }
 
 /// The intent policies for `ours+policies` (none for the others).
-async fn install_policies(
+pub(crate) async fn install_policies(
     ctx: &Ctx,
     who: Who,
     driver_name: &str,
@@ -526,18 +611,44 @@ async fn measure(
     s: &Setup,
     result: &mut RunResult,
 ) -> anyhow::Result<()> {
-    let client = ctx.cluster.admin.clone();
     let driver_cpu0 = procfs::sample(s.driver_pid(), ctx.ticks)
         .unwrap_or_default()
         .cpu_secs;
     let mut running = start_contender(ctx, s, who, sc.limits, result).await?;
     let after_startup = startup_metrics(result);
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let outcome = workload(
+        ctx,
+        sc,
+        s,
+        &mut running,
+        result,
+        &after_startup,
+        driver_cpu0,
+    )
+    .await;
+    running.stop().await;
+    outcome
+}
 
+/// The scenario's claims against a started contender (all at once, or on a schedule), then
+/// all deleted: the figures of provisioning and deletion. Done when the driver holds as
+/// many volumes as before and no PV of the run's namespace is left.
+pub(crate) async fn workload(
+    ctx: &Ctx,
+    sc: &Scenario,
+    s: &Setup,
+    running: &mut Running,
+    result: &mut RunResult,
+    after_startup: &[Sample],
+    driver_cpu0: f64,
+) -> anyhow::Result<()> {
+    let who = running.who;
+    let client = ctx.cluster.admin.clone();
     let names: Vec<String> = (0..sc.volumes()).map(|i| format!("c-{i:05}")).collect();
     let m1 = ctx.cluster.request_counts().await?;
-    let (_, d1) = driver_stats(&s.control).await;
-    let c1 = sample(ctx, &running);
+    let (volumes_before, d1) = driver_stats(&s.control).await;
+    let c1 = sample(ctx, running);
     let cp1 = control_plane_cpu(ctx);
     let t0 = Instant::now();
 
@@ -599,7 +710,7 @@ async fn measure(
         let running_pid = running.pid;
         wait_until(
             ctx,
-            &mut running,
+            running,
             &format!("{} provisioning", who.label()),
             limit,
             async || {
@@ -645,11 +756,11 @@ async fn measure(
     if !ok {
         result.notes.push("provisioning did not complete".into());
     }
-    let c2 = sample(ctx, &running);
+    let c2 = sample(ctx, running);
     let cp2 = control_plane_cpu(ctx);
     let m2 = ctx.cluster.request_counts().await?;
     // After the figures of the phase, so the scrape is not counted in them.
-    let after_provision = phase_metrics(&running, result, "provision", &after_startup).await;
+    let after_provision = phase_metrics(running, result, "provision", after_startup).await;
     {
         let st = s.observer.state();
         let mut last_pv = None::<Instant>;
@@ -680,7 +791,8 @@ async fn measure(
     }
     result.timeline = timeline;
 
-    // Delete everything; done when the driver holds no volume and no PV is left.
+    // Delete everything; done when the driver holds the volumes it held before and no PV
+    // of the run is left.
     ctx.say(&format!("  {}: deleting {n} claims", who.label()));
     let t1 = Instant::now();
     delete_claims(&client, &s.ns, &names).await;
@@ -689,7 +801,7 @@ async fn measure(
     let mut last_poll = Instant::now() - Duration::from_secs(1);
     let ok = wait_until(
         ctx,
-        &mut running,
+        running,
         &format!("{} deletion", who.label()),
         deadline(n, sc.limits),
         async || {
@@ -700,7 +812,7 @@ async fn measure(
             }
             let pvs = s.observer.state().pvs_alive.len();
             (
-                volumes_left == 0 && pvs == 0,
+                volumes_left == volumes_before && pvs == 0,
                 format!("{volumes_left} backend volumes, {pvs} PVs left"),
             )
         },
@@ -711,11 +823,11 @@ async fn measure(
     } else {
         result.notes.push("deletion did not complete".into());
     }
-    let c3 = sample(ctx, &running);
+    let c3 = sample(ctx, running);
     let cp3 = control_plane_cpu(ctx);
     let m3 = ctx.cluster.request_counts().await?;
     let (_, d3) = driver_stats(&s.control).await;
-    phase_metrics(&running, result, "delete", &after_provision).await;
+    phase_metrics(running, result, "delete", &after_provision).await;
     result.cpu_provision_secs = c2.cpu_secs - c1.cpu_secs;
     result.cpu_delete_secs = c3.cpu_secs - c2.cpu_secs;
     result.control_plane_cpu_provision_secs = cp2 - cp1;
@@ -732,7 +844,6 @@ async fn measure(
         .unwrap_or_default()
         .cpu_secs
         - driver_cpu0;
-    running.stop().await;
     Ok(())
 }
 
@@ -748,7 +859,7 @@ impl Setup {
 
 /// Removes what a run left: finalizers that a dead contender could not drop,
 /// the namespace, the class, PVs of the run's driver.
-async fn cleanup(ctx: &Ctx, s: &Setup) {
+pub(crate) async fn cleanup(ctx: &Ctx, s: &Setup) {
     let client = &ctx.cluster.admin;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &s.ns);
     let unfinalize = Patch::Merge(json!({"metadata": {"finalizers": null}}));

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 use crate::hold::{Decision, HeldRequest, WriteRecord};
 use crate::rules::{Rule, Stats};
-use crate::server::Shared;
+use crate::server::{CutOrder, Shared};
 
 /// A control command.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -30,10 +30,13 @@ pub enum Request {
     Rules,
     /// Counters of injected faults and forwarded requests.
     Stats,
-    /// Cuts the open watch streams of these resources now (every stream when empty).
+    /// Cuts the open watch streams of these resources now (every stream when empty); with
+    /// `expire`, each client's watch from where it was is answered 410 Gone (it relists).
     Cut {
         #[serde(default)]
         resources: Vec<String>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        expire: bool,
     },
     /// The requests `hold` rules hold now (`held`).
     Held,
@@ -102,11 +105,11 @@ fn answer(shared: &Shared, request: Request) -> Response {
             ..Response::ok()
         },
         Request::Stats => Response {
-            stats: Some(shared.rules().stats()),
+            stats: Some(shared.stats()),
             ..Response::ok()
         },
-        Request::Cut { resources } => {
-            let _ = shared.cuts.send(resources);
+        Request::Cut { resources, expire } => {
+            let _ = shared.cuts.send(CutOrder { resources, expire });
             Response::ok()
         }
         Request::Held => Response {
@@ -257,7 +260,20 @@ mod tests {
         assert_eq!(serde_json::from_str::<Request>(&text).unwrap(), add);
         assert_eq!(
             serde_json::from_str::<Request>(r#"{"cmd":"cut"}"#).unwrap(),
-            Request::Cut { resources: vec![] }
+            Request::Cut {
+                resources: vec![],
+                expire: false
+            }
+        );
+        assert_eq!(
+            serde_json::from_str::<Request>(
+                r#"{"cmd":"cut","resources":["persistentvolumes"],"expire":true}"#
+            )
+            .unwrap(),
+            Request::Cut {
+                resources: vec!["persistentvolumes".into()],
+                expire: true
+            }
         );
         let hold = Request::AddRule {
             rule: Rule::new(Fault::Hold { after: true })

@@ -292,6 +292,10 @@ pub struct Stats {
     pub forwarded: u64,
     /// Watch streams opened (and passed through the event filter).
     pub watches: u64,
+    /// Bytes of response bodies sent to clients, watch streams included: what the clients
+    /// read (uncompressed: the proxy asks the API server for plain bodies).
+    #[serde(default)]
+    pub bytes_sent: u64,
 }
 
 impl Stats {

@@ -5,6 +5,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
@@ -27,8 +28,10 @@ pub struct Shared {
     rules: Mutex<RuleSet>,
     /// Requests held by `hold` rules, and the journal of writes.
     pub(crate) holds: Holds,
-    /// Resources whose open watch streams must be cut now (empty: all).
-    pub(crate) cuts: broadcast::Sender<Vec<String>>,
+    /// Open watch streams to cut now.
+    pub(crate) cuts: broadcast::Sender<CutOrder>,
+    /// Bytes of response bodies sent to clients (see [`Stats::bytes_sent`]).
+    sent: AtomicU64,
     /// The API server requests go to (one of several, see [`Proxy::set_upstream`]).
     upstream: Mutex<kube::Client>,
 }
@@ -41,6 +44,23 @@ impl Shared {
     fn upstream(&self) -> kube::Client {
         self.upstream.lock().expect("upstream poisoned").clone()
     }
+
+    /// The rules' counters with the bytes sent.
+    pub(crate) fn stats(&self) -> Stats {
+        let mut stats = self.rules().stats();
+        stats.bytes_sent = self.sent.load(Ordering::Relaxed);
+        stats
+    }
+}
+
+/// An order to cut the open watch streams of some resources.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CutOrder {
+    /// Empty: every stream.
+    pub resources: Vec<String>,
+    /// The resume point of each cut stream is expired: the client's watch from there is
+    /// answered 410 Gone, so it lists again.
+    pub expire: bool,
 }
 
 /// A client for the proxy's upstream side: no read timeout (watches stay open for minutes;
@@ -75,6 +95,7 @@ impl Proxy {
             rules: Mutex::new(RuleSet::new(seed)),
             holds: Holds::default(),
             cuts,
+            sent: AtomicU64::new(0),
             upstream: Mutex::new(client),
         });
         let (shutdown, stopped) = watch::channel(false);
@@ -122,7 +143,7 @@ impl Proxy {
     }
 
     pub fn stats(&self) -> Stats {
-        self.shared.rules().stats()
+        self.shared.stats()
     }
 
     /// The requests `hold` rules hold now.
@@ -150,12 +171,25 @@ impl Proxy {
         self.shared.holds.journal()
     }
 
-    /// Cuts every open watch stream of these resources (all when empty), now.
+    /// Cuts every open watch stream of these resources (all when empty), now. Each client
+    /// watches again from where it was.
     pub fn cut_watches(&self, resources: &[&str]) {
-        let _ = self
-            .shared
-            .cuts
-            .send(resources.iter().map(|s| s.to_string()).collect());
+        self.cut(resources, false);
+    }
+
+    /// Cuts every open watch stream of these resources (all when empty), now, and expires
+    /// where each would resume: the client's watch from there is answered 410 Gone, so it
+    /// lists everything again (what an API server restart does to a client whose
+    /// resourceVersion the new watch cache no longer reaches: a forced relist).
+    pub fn expire_watches(&self, resources: &[&str]) {
+        self.cut(resources, true);
+    }
+
+    fn cut(&self, resources: &[&str], expire: bool) {
+        let _ = self.shared.cuts.send(CutOrder {
+            resources: resources.iter().map(|s| s.to_string()).collect(),
+            expire,
+        });
     }
 
     /// Serves the JSON-lines control protocol on a unix socket (see `control`).
@@ -202,7 +236,7 @@ async fn accept(listener: TcpListener, shared: Arc<Shared>, mut stopped: watch::
         let shared = shared.clone();
         let mut stop = stopped.clone();
         tokio::spawn(async move {
-            let service = service_fn(move |req| handle(shared.clone(), req));
+            let service = service_fn(move |req| counted(shared.clone(), req));
             let conn = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service);
             tokio::select! {
@@ -230,6 +264,23 @@ fn skip_request_header(name: &HeaderName) -> bool {
     ]
     .contains(name)
         || name.as_str() == "keep-alive"
+}
+
+/// [`handle`], counting the bytes of the answer's body as they go to the client.
+async fn counted(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    let response = handle(shared.clone(), req).await?;
+    Ok(response.map(|body| {
+        body.map_frame(move |frame| {
+            if let Some(data) = frame.data_ref() {
+                shared.sent.fetch_add(data.len() as u64, Ordering::Relaxed);
+            }
+            frame
+        })
+        .boxed_unsync()
+    }))
 }
 
 async fn handle(

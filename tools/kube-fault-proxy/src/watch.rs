@@ -15,7 +15,7 @@ use tokio::sync::{broadcast, mpsc};
 
 use crate::ProxyBody;
 use crate::rules::RequestInfo;
-use crate::server::Shared;
+use crate::server::{CutOrder, Shared};
 
 #[derive(Deserialize)]
 struct EventHead {
@@ -73,8 +73,9 @@ struct Stream {
     last_for_object: HashMap<String, Instant>,
     /// The resourceVersion of the last event the client received: where it will resume.
     last_rv: Option<String>,
-    /// Events were dropped: the client's resume point must be expired when the stream ends.
-    dropped: bool,
+    /// Events were dropped, or the cut asked for it: the client's resume point must be
+    /// expired when the stream ends.
+    expire_resume: bool,
     cut_at: Option<Instant>,
 }
 
@@ -83,7 +84,7 @@ async fn run(
     info: RequestInfo,
     mut upstream: kube::client::Body,
     tx: mpsc::Sender<Bytes>,
-    mut cuts: broadcast::Receiver<Vec<String>>,
+    mut cuts: broadcast::Receiver<CutOrder>,
 ) {
     let mut s = Stream {
         last_rv: info.resource_version.clone(),
@@ -93,7 +94,7 @@ async fn run(
         pending: BTreeMap::new(),
         seq: 0,
         last_for_object: HashMap::new(),
-        dropped: false,
+        expire_resume: false,
         cut_at: None,
     };
     let mut buf = BytesMut::new();
@@ -105,9 +106,10 @@ async fn run(
             biased;
             _ = s.tx.closed() => return,
             msg = cuts.recv(), if cuts_open => match msg {
-                Ok(resources) => {
-                    if resources.is_empty() || resources.contains(&s.info.resource) {
+                Ok(order) => {
+                    if order.resources.is_empty() || order.resources.contains(&s.info.resource) {
                         s.cut_at = Some(Instant::now());
+                        s.expire_resume |= order.expire;
                     }
                 }
                 Err(broadcast::error::RecvError::Lagged(_)) => {}
@@ -142,7 +144,7 @@ async fn run(
             break;
         }
     }
-    if s.dropped
+    if s.expire_resume
         && let Some(rv) = &s.last_rv
     {
         s.shared.rules().expire(&s.info.resource, rv);
@@ -192,7 +194,7 @@ impl Stream {
             }
         };
         if plan.drop {
-            self.dropped = true;
+            self.expire_resume = true;
             if let Some(after) = plan.relist_after {
                 let at = now + after;
                 self.cut_at = Some(self.cut_at.map_or(at, |c| c.min(at)));

@@ -290,6 +290,35 @@ async fn a_dropped_event_is_recovered_by_a_relist() {
 }
 
 #[tokio::test]
+async fn an_expiring_cut_makes_the_client_list_again() {
+    let bed = bed("kfp-expire").await;
+    let admin = bed.maps(&bed.admin);
+    admin
+        .create(&PostParams::default(), &map("a"))
+        .await
+        .unwrap();
+    let mut events = watch_maps(bed.maps(&bed.proxied));
+    next_for(&mut events, "a", "v").await;
+    // "a" came from the list; the watch that follows must be open to be cut.
+    let until = Instant::now() + Duration::from_secs(20);
+    while bed.proxy.stats().watches == 0 {
+        assert!(Instant::now() < until, "the client never watched");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let read = bed.proxy.stats().bytes_sent;
+    assert!(read > 0, "the list was read through the proxy");
+
+    bed.proxy.expire_watches(&["configmaps"]);
+    // Nothing changed, yet "a" comes again: the resume was answered 410 and the client listed.
+    next_for(&mut events, "a", "v").await;
+    let stats = bed.proxy.stats();
+    assert_eq!(stats.injected.get("watch-gone"), Some(&1));
+    assert!(stats.bytes_sent > read, "the relist was read: {stats:?}");
+    bed.cleanup().await;
+}
+
+#[tokio::test]
 async fn cut_streams_resume_without_losing_events() {
     let bed = bed("kfp-cut").await;
     let admin = bed.maps(&bed.admin);
