@@ -54,8 +54,11 @@ pub struct Config {
     pub name: &'static str,
     pub mode: Mode,
     pub variant: Variant,
-    /// Claims the user creates (and may delete), each once.
+    /// Claim names the user creates claims under (and may delete).
     pub claims: usize,
+    /// Claims the user may create again under each name once the claim of
+    /// that name is gone (same name, a new UID).
+    pub recreations: u8,
     /// Sidecar replicas contending for the Lease.
     pub replicas: usize,
     /// CSI calls whose answer may be lost (a timeout, before or after the
@@ -78,6 +81,7 @@ impl Config {
             mode,
             variant: Variant::Product,
             claims: 1,
+            recreations: 0,
             replicas: 2,
             timeouts: 0,
             crashes: 0,

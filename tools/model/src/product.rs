@@ -51,8 +51,9 @@ static CLASS_OBJ: LazyLock<Arc<StorageClass>> = LazyLock::new(|| {
 });
 static OPTIONS: LazyLock<ProvisionOptions> = LazyLock::new(ProvisionOptions::default);
 
-/// Claim `i` as the API server would serve it.
+/// Claim `c`, of name `i`, as the API server would serve it.
 pub fn pvc(i: usize, c: &Claim, policy: bool) -> PersistentVolumeClaim {
+    let u = c.uid;
     let mut annotations = BTreeMap::new();
     if c.handed {
         annotations.insert(
@@ -61,7 +62,7 @@ pub fn pvc(i: usize, c: &Claim, policy: bool) -> PersistentVolumeClaim {
         );
     }
     if c.handle {
-        annotations.insert(keys::ANN_ABANDONED_HANDLE.to_string(), format!("vol-{i}"));
+        annotations.insert(keys::ANN_ABANDONED_HANDLE.to_string(), format!("vol-{u}"));
     }
     let labels = (policy && c.intent)
         .then(|| BTreeMap::from([(keys::LABEL_PROVISIONING.to_string(), DRIVER.to_string())]));
@@ -69,7 +70,7 @@ pub fn pvc(i: usize, c: &Claim, policy: bool) -> PersistentVolumeClaim {
         metadata: ObjectMeta {
             name: Some(format!("claim-{i}")),
             namespace: Some("ns".into()),
-            uid: Some(format!("u{i}")),
+            uid: Some(format!("u{u}")),
             resource_version: Some(c.rv.to_string()),
             annotations: Some(annotations),
             labels,
@@ -91,7 +92,7 @@ pub fn pvc(i: usize, c: &Claim, policy: bool) -> PersistentVolumeClaim {
                 ..Default::default()
             }),
             storage_class_name: Some(CLASS.into()),
-            volume_name: c.bound.then(|| format!("pvc-u{i}")),
+            volume_name: c.bound.then(|| format!("pvc-u{u}")),
             ..Default::default()
         }),
         status: None,
@@ -169,7 +170,7 @@ fn claim_decision(
             // The driver's unsaved answer, as the memory holds it (its
             // handle does not matter to the decision).
             created: memory.created.then(|| pb::Volume {
-                volume_id: format!("v{i}"),
+                volume_id: format!("vol-{}", claim.uid),
                 ..Default::default()
             }),
             pv_saved: memory.pv_saved,
@@ -179,7 +180,7 @@ fn claim_decision(
             held: None,
         },
         pv: match pv {
-            Some(_) => CachedPv::BoundTo(format!("u{i}")),
+            Some(_) => CachedPv::BoundTo(format!("u{}", claim.uid)),
             None => CachedPv::Unknown,
         },
     });
@@ -213,20 +214,21 @@ pub fn kept_in_cache(i: usize, claim: &Claim, policy: bool) -> bool {
     })
 }
 
-/// PV names the model may use (claims × incarnations).
+/// PV names the model may use (claim UIDs).
 const MAX_PVS: usize = 8;
 
-/// The PV the product saves for claim `i` (`provision::plan` and `build_pv`,
+/// The PV the product saves for the claim of UID `u` and name `i` (`provision::plan` and `build_pv`,
 /// on the claim handed to us and the driver's answer), as the PV cache parses
 /// it (`slim::Pv`, by serde from the object's JSON), with the UID the API
 /// server gives it. Built once per name: only the version, phase and deletion
 /// timestamp vary.
-fn saved_pv(i: usize) -> &'static slim::Pv {
+fn saved_pv(i: usize, u: usize) -> &'static slim::Pv {
     static SAVED: [OnceLock<slim::Pv>; MAX_PVS] = [const { OnceLock::new() }; MAX_PVS];
-    SAVED[i].get_or_init(|| {
+    SAVED[u].get_or_init(|| {
         let claim = pvc(
             i,
             &Claim {
+                uid: u as u8,
                 rv: 1,
                 handed: true,
                 intent: true,
@@ -249,7 +251,7 @@ fn saved_pv(i: usize) -> &'static slim::Pv {
             plan(&claim, &CLASS_OBJ, &driver, &OPTIONS).expect("the model's claim is planned");
         let answer = pb::CreateVolumeResponse {
             volume: Some(pb::Volume {
-                volume_id: format!("vol-{i}"),
+                volume_id: format!("vol-{u}"),
                 ..Default::default()
             }),
         };
@@ -257,14 +259,14 @@ fn saved_pv(i: usize) -> &'static slim::Pv {
             .expect("the model's PV is built");
         let json = serde_json::to_value(&pv).expect("a PV serialises");
         let mut slim: slim::Pv = serde_json::from_value(json).expect("the cache parses it");
-        slim.metadata.uid = Some(format!("pv-u{i}"));
+        slim.metadata.uid = Some(format!("pv-u{u}"));
         slim
     })
 }
 
-/// PV `i` as the API server would serve it.
-pub fn pv_object(i: usize, pv: &Pv) -> slim::Pv {
-    let mut obj = saved_pv(i).clone();
+/// PV `u` (of the claim of UID `u`, name `i`) as the API server would serve it.
+pub fn pv_object(i: usize, u: usize, pv: &Pv) -> slim::Pv {
+    let mut obj = saved_pv(i, u).clone();
     obj.metadata.resource_version = Some(pv.rv.to_string());
     obj.metadata.deletion_timestamp = pv
         .deleting
@@ -280,18 +282,18 @@ pub fn pv_object(i: usize, pv: &Pv) -> slim::Pv {
     obj
 }
 
-/// The volume path's decision on PV `i` as a replica's cache shows it, with
-/// what the process remembers (it finished the PV's deletion): whether to
-/// delete it. Forget, wait and requeue do not act; our PVs are born with our
+/// The volume path's decision on PV `u` (its claim's name `i`) as a
+/// replica's cache shows it, with what the process remembers (it finished the
+/// PV's deletion): whether to delete it. Forget, wait and requeue do not act; our PVs are born with our
 /// finalizer and policy Delete, so adding or removing it is never decided.
-pub fn deletes(i: usize, pv: &Pv, deleted: bool) -> bool {
-    memo(&DELETES, (i, *pv, deleted), || {
-        volume_decision(i, pv, deleted)
+pub fn deletes(i: usize, u: usize, pv: &Pv, deleted: bool) -> bool {
+    memo(&DELETES, (u, *pv, deleted), || {
+        volume_decision(i, u, pv, deleted)
     })
 }
 
-fn volume_decision(i: usize, pv: &Pv, deleted: bool) -> bool {
-    let obj = pv_object(i, pv);
+fn volume_decision(i: usize, u: usize, pv: &Pv, deleted: bool) -> bool {
+    let obj = pv_object(i, u, pv);
     let (decision, _attempt) = volume::decide(&volume::Facts {
         pv: &obj,
         driver: DRIVER,
@@ -313,10 +315,10 @@ fn volume_decision(i: usize, pv: &Pv, deleted: bool) -> bool {
     }
 }
 
-/// The product's answer to "is `fresh`, PV `i` as the API server has it,
+/// The product's answer to "is `fresh`, PV `u` as the API server has it,
 /// still the PV decided on (`cached`) and still to be deleted?".
-pub fn still_deletes(i: usize, fresh: &Pv, cached: &Pv) -> bool {
-    memo(&STILL_DELETES, (i, *fresh, *cached), || {
-        volume::still_to_delete(&pv_object(i, fresh), &pv_object(i, cached), DRIVER)
+pub fn still_deletes(i: usize, u: usize, fresh: &Pv, cached: &Pv) -> bool {
+    memo(&STILL_DELETES, (u, *fresh, *cached), || {
+        volume::still_to_delete(&pv_object(i, u, fresh), &pv_object(i, u, cached), DRIVER)
     })
 }

@@ -1,4 +1,5 @@
-//! The invariants (DESIGN §2), as properties of every reachable state.
+//! The invariants (DESIGN §2), as properties of every reachable state. A
+//! claim is one UID: one re-created under the same name is another claim.
 //!
 //! Safety is checked on each state, or at the moment of the act that would
 //! break it (`State::broken`). The two properties about the end — no volume
@@ -50,13 +51,22 @@ pub fn all() -> Vec<Property<Protocol>> {
         Property::sometimes(
             "a claim deleted mid-provisioning is cleaned up",
             |_, s: &State| {
-                (0..s.user.len()).any(|i| {
-                    s.user[i] == User::Deleted
-                        && s.volumes[i].made == 1
-                        && !s.volumes[i].exists
-                        && s.pvs[i].is_none()
-                        && s.claims[i].is_none()
+                (0..s.user.len()).any(|u| {
+                    s.user[u] == User::Deleted
+                        && s.volumes[u].made == 1
+                        && !s.volumes[u].exists
+                        && s.pvs[u].is_none()
+                        && s.claim_of(u).is_none()
                 })
+            },
+        ),
+        // (Only where the user may re-create a claim.)
+        Property::sometimes(
+            "a claim re-created under the name of a deleted one gets its PV",
+            |m: &Protocol, s: &State| {
+                m.cfg.recreations == 0
+                    || (s.claims.len()..s.user.len())
+                        .any(|u| s.claim_of(u).is_some_and(|c| c.bound && !c.intent))
             },
         ),
         // (Only where a lease may expire.)
@@ -84,15 +94,16 @@ impl Verdict {
             clean: true,
             live: true,
         };
-        for i in 0..s.user.len() {
-            match s.user[i] {
+        for u in 0..s.user.len() {
+            match s.user[u] {
                 User::NotYet => {}
                 User::Created => {
-                    v.live &= s.claims[i].is_some_and(|c| c.bound && !c.intent)
-                        && s.pvs[i].is_some_and(|p| p.phase == Phase::Bound);
+                    v.live &= s.claim_of(u).is_some_and(|c| c.bound && !c.intent)
+                        && s.pvs[u].is_some_and(|p| p.phase == Phase::Bound);
                 }
                 User::Deleted => {
-                    v.clean &= s.claims[i].is_none() && s.pvs[i].is_none() && !s.volumes[i].exists;
+                    v.clean &=
+                        s.claim_of(u).is_none() && s.pvs[u].is_none() && !s.volumes[u].exists;
                 }
             }
         }

@@ -3,12 +3,17 @@
 //! clock, the replicas, the CSI driver's backend and its calls in flight, the
 //! user, and what went wrong at the moment of an act.
 //!
-//! Claim `i` has UID `u<i>` and one incarnation; its PV and backend volume are
-//! named after that UID, so both are indexed by `i` too.
+//! Claims are indexed by name `i`. Each claim the user makes under a name is
+//! another object with a UID of its own: incarnation `k` of name `i` has UID
+//! `u = i + k × names` (`State::name_of`). Its PV and backend volume are named
+//! after the UID, so they are indexed by `u`, as is what a replica remembers
+//! and does about that claim.
 
 /// A claim as the API server has it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Claim {
+    /// Its UID's index (`u`).
+    pub uid: u8,
     pub rv: u8,
     /// The binder handed it to our driver (`volume.kubernetes.io/storage-provisioner`).
     pub handed: bool,
@@ -30,7 +35,7 @@ pub enum Phase {
     Released,
 }
 
-/// The PV of claim `i` (its claimRef is that claim, its handle its volume),
+/// The PV of claim UID `u` (its claimRef is that claim, its handle its volume),
 /// as the product saves it: reclaim policy Delete, held by our finalizer from
 /// its creation (`provision::build_pv`) until the volume path drops it, which
 /// removes it (nothing else deletes a PV here).
@@ -213,7 +218,8 @@ pub struct Replica {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Call {
     pub replica: u8,
-    pub claim: u8,
+    /// The claim UID whose volume it names.
+    pub uid: u8,
     pub kind: CallKind,
 }
 
@@ -229,7 +235,7 @@ pub enum CallKind {
     DeleteReleased,
 }
 
-/// The backend's volume of one claim's name.
+/// The backend's volume of one claim UID's name.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Volume {
     pub exists: bool,
@@ -237,7 +243,7 @@ pub struct Volume {
     pub made: u8,
 }
 
-/// Where the user is with one claim.
+/// Where the user is with one claim (one UID).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum User {
     NotYet,
@@ -254,7 +260,10 @@ pub struct State {
     pub now: u8,
     /// The API server's revision (claims and PVs share it: one etcd).
     pub rv: u8,
+    /// By name.
     pub claims: Vec<Option<Claim>>,
+    /// By claim UID, as are `volumes`, `user` and each replica's `tasks`,
+    /// `vols`, `memory` and `pv_deleted`.
     pub pvs: Vec<Option<Pv>>,
     pub claim_feed: Feed<Claim>,
     pub pv_feed: Feed<Pv>,
@@ -273,12 +282,27 @@ pub struct State {
 }
 
 impl State {
+    /// The name of claim UID `u`.
+    pub fn name_of(&self, u: usize) -> usize {
+        u % self.claims.len()
+    }
+
+    /// The UIDs name `i` may have.
+    pub fn uids_of(&self, i: usize) -> impl Iterator<Item = usize> + use<> {
+        (i..self.user.len()).step_by(self.claims.len())
+    }
+
+    /// The claim of UID `u`, if the API server still has it.
+    pub fn claim_of(&self, u: usize) -> Option<Claim> {
+        self.claims[self.name_of(u)].filter(|c| usize::from(c.uid) == u)
+    }
+
     pub fn claim_cache(&self, r: usize, i: usize) -> Option<Claim> {
         self.claim_feed.at(self.replicas[r].claims_seen, i)
     }
 
-    pub fn pv_cache(&self, r: usize, i: usize) -> Option<Pv> {
-        self.pv_feed.at(self.replicas[r].pvs_seen, i)
+    pub fn pv_cache(&self, r: usize, u: usize) -> Option<Pv> {
+        self.pv_feed.at(self.replicas[r].pvs_seen, u)
     }
 
     pub fn gate_open(&self, r: usize) -> bool {
@@ -296,11 +320,11 @@ impl State {
         self.claim_feed.events.push((self.rv, i as u8, claim));
     }
 
-    pub fn write_pv(&mut self, i: usize, pv: Option<Pv>) {
+    pub fn write_pv(&mut self, u: usize, pv: Option<Pv>) {
         self.rv += 1;
         let pv = pv.map(|p| Pv { rv: self.rv, ..p });
-        self.pvs[i] = pv;
-        self.pv_feed.events.push((self.rv, i as u8, pv));
+        self.pvs[u] = pv;
+        self.pv_feed.events.push((self.rv, u as u8, pv));
     }
 
     /// Folds what every cache has seen. A replica that is not running has no
