@@ -59,6 +59,9 @@ pub struct Config {
     /// Claims the user may create again under each name once the claim of
     /// that name is gone (same name, a new UID).
     pub recreations: u8,
+    /// Whether the user may delete a re-created claim too (else it stays,
+    /// and must get its PV).
+    pub delete_recreated: bool,
     /// Sidecar replicas contending for the Lease.
     pub replicas: usize,
     /// CSI calls whose answer may be lost (a timeout, before or after the
@@ -82,6 +85,7 @@ impl Config {
             variant: Variant::Product,
             claims: 1,
             recreations: 0,
+            delete_recreated: true,
             replicas: 2,
             timeouts: 0,
             crashes: 0,
@@ -105,6 +109,26 @@ impl Config {
         Config {
             ticks: 1,
             ..Config::one_claim(name, mode)
+        }
+    }
+
+    /// A claim deleted at any moment and created again under the same name
+    /// (a new UID), which stays; no fault: the stale caches and the orderings
+    /// alone.
+    pub fn recreation(name: &'static str, mode: Mode) -> Config {
+        Config {
+            recreations: 1,
+            delete_recreated: false,
+            ..Config::one_claim(name, mode)
+        }
+    }
+
+    /// The same, the re-created claim deleted at any moment too
+    /// (`make model-deep`: thirty times the states).
+    pub fn deep_recreation(name: &'static str, mode: Mode) -> Config {
+        Config {
+            delete_recreated: true,
+            ..Config::recreation(name, mode)
         }
     }
 

@@ -169,8 +169,10 @@ impl Protocol {
         for (u, user) in s.user.iter().enumerate() {
             match user {
                 User::NotYet if world::can_create(s, u) => out.push(Action::UserCreates(u as u8)),
-                User::Created => out.push(Action::UserDeletes(u as u8)),
-                User::NotYet | User::Deleted => {}
+                User::Created if world::can_delete(s, &self.cfg, u) => {
+                    out.push(Action::UserDeletes(u as u8))
+                }
+                User::NotYet | User::Created | User::Deleted => {}
             }
         }
         for i in 0..s.claims.len() {

@@ -20,6 +20,12 @@ pub fn can_create(s: &State, u: usize) -> bool {
         }
 }
 
+/// Whether the user may delete the claim of UID `u` (a re-created one only if
+/// the configuration says so).
+pub fn can_delete(s: &State, cfg: &Config, u: usize) -> bool {
+    s.user[u] == User::Created && (u < s.claims.len() || cfg.delete_recreated)
+}
+
 /// The user creates the claim of UID `u` (not yet handed to any provisioner).
 pub fn user_creates(s: &mut State, u: usize) {
     s.user[u] = User::Created;

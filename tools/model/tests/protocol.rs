@@ -1,7 +1,8 @@
 //! Every mode and freshness answer, one claim and two replicas: with a lost
 //! answer and a crash every property holds; with a lease expiry (the leader
 //! paused past it, resuming) too, now that the PV save is behind the leader
-//! gate; the product before that fix gives the counterexamples of
+//! gate; with the claim deleted and created again under its name (a new UID)
+//! too; the product before that fix gives the counterexamples of
 //! docs/reliability.md ("Found by the model", F1 and F2). Each known-wrong
 //! variant is caught. Traces: `cargo test -p model -- --nocapture`, or `make model`.
 
@@ -30,6 +31,7 @@ const POLICY_FINDING: &[&str] = &[ONE_VOLUME, NO_BOUND_DELETE, NO_CREATE_FOR_GON
 #[test]
 fn default_mode() {
     holds(Config::faults("default mode", Mode::Default));
+    holds(Config::recreation("default mode", Mode::Default));
     takeover("default mode", Mode::Default, &[NO_BOUND_DELETE]);
 }
 
@@ -37,6 +39,7 @@ fn default_mode() {
 fn policy_mode_with_a_consistent_read() {
     let mode = Mode::Policy(Check::Read);
     holds(Config::faults("policy mode, read", mode));
+    holds(Config::recreation("policy mode, read", mode));
     takeover("policy mode, read", mode, POLICY_FINDING);
 }
 
@@ -44,6 +47,7 @@ fn policy_mode_with_a_consistent_read() {
 fn policy_mode_with_version_rounds() {
     let mode = Mode::Policy(Check::VersionRound);
     holds(Config::faults("policy mode, version round", mode));
+    holds(Config::recreation("policy mode, version round", mode));
     takeover("policy mode, version round", mode, POLICY_FINDING);
 }
 
@@ -51,6 +55,7 @@ fn policy_mode_with_version_rounds() {
 fn policy_mode_with_listing_rounds() {
     let mode = Mode::Policy(Check::ListingRound);
     holds(Config::faults("policy mode, listing round", mode));
+    holds(Config::recreation("policy mode, listing round", mode));
     takeover("policy mode, listing round", mode, POLICY_FINDING);
 }
 
@@ -58,6 +63,7 @@ fn policy_mode_with_listing_rounds() {
 fn policy_mode_with_the_write_clock() {
     let mode = Mode::Policy(Check::WriteClock);
     holds(Config::faults("policy mode, write clock", mode));
+    holds(Config::recreation("policy mode, write clock", mode));
     takeover("policy mode, write clock", mode, POLICY_FINDING);
 }
 
