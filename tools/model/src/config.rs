@@ -62,6 +62,9 @@ pub struct Config {
     /// Whether the user may delete a re-created claim too (else it stays,
     /// and must get its PV).
     pub delete_recreated: bool,
+    /// Claim 0 is a clone of another claim of ours, bound with its PV and
+    /// volume from the start, which the user may delete at any moment.
+    pub clone: bool,
     /// Sidecar replicas contending for the Lease.
     pub replicas: usize,
     /// CSI calls whose answer may be lost (a timeout, before or after the
@@ -86,6 +89,7 @@ impl Config {
             claims: 1,
             recreations: 0,
             delete_recreated: true,
+            clone: false,
             replicas: 2,
             timeouts: 0,
             crashes: 0,
@@ -129,6 +133,14 @@ impl Config {
         Config {
             delete_recreated: true,
             ..Config::recreation(name, mode)
+        }
+    }
+
+    /// A clone of a bound claim, either deleted at any moment; no fault.
+    pub fn clone(name: &'static str, mode: Mode) -> Config {
+        Config {
+            clone: true,
+            ..Config::one_claim(name, mode)
         }
     }
 

@@ -40,6 +40,7 @@ fn main() {
             ("faults", Config::faults),
             ("takeover", Config::takeover),
             ("recreation", Config::recreation),
+            ("clone", Config::clone),
         ]
     };
     // `--size NAME`: that size only (and no wrong variant).

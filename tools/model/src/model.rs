@@ -107,7 +107,9 @@ impl Model for Protocol {
     type Action = Action;
 
     fn init_states(&self) -> Vec<State> {
-        let (n, cfg) = (self.cfg.claims, &self.cfg);
+        let cfg = &self.cfg;
+        // The user's claim names, and the source of the clone.
+        let n = cfg.claims + usize::from(cfg.clone);
         // Claim UIDs: each name's first claim and its re-creations.
         let m = n * (1 + usize::from(cfg.recreations));
         let replica = Replica {
@@ -121,10 +123,11 @@ impl Model for Protocol {
             pv_deleted: vec![false; m],
             clock: 0,
         };
-        vec![State {
+        let mut s = State {
             now: 0,
             rv: 0,
             claims: vec![None; n],
+            source: None,
             pvs: vec![None; m],
             claim_feed: Feed::new(n),
             pv_feed: Feed::new(m),
@@ -137,7 +140,12 @@ impl Model for Protocol {
             crashes: cfg.crashes,
             ticks: cfg.ticks,
             broken: 0,
-        }]
+        };
+        if cfg.clone {
+            world::source_exists(&mut s, cfg.claims);
+        }
+        s.compact();
+        vec![s]
     }
 
     fn actions(&self, s: &State, out: &mut Vec<Action>) {

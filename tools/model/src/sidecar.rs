@@ -36,6 +36,7 @@ pub fn begin(s: &mut State, r: usize, i: usize, act: Act) {
         Act::Create => Task::Confirm { copy, round: 0 },
         Act::Abandon => Task::Abandon,
         Act::ReleaseIntent => Task::Release,
+        Act::ReleaseCloneSource => Task::ReleaseSource,
     };
 }
 
@@ -50,13 +51,22 @@ pub fn steps(task: Task) -> bool {
 /// One step of replica `r`'s task for the claim of UID `u`.
 pub fn step(s: &mut State, cfg: &Config, r: usize, u: usize) {
     let next = match s.replicas[r].tasks[u] {
-        Task::Confirm { copy, round } => confirm(s, cfg, copy, round),
+        Task::Confirm { copy, round } => match gather(s, r, copy) {
+            Some(src) => confirm(s, cfg, r, copy, round, src),
+            None => Task::Idle,
+        },
         Task::CatchUp {
             copy,
             round,
             version,
-        } => catch_up(s, cfg, r, copy, round, version),
-        Task::Clock { copy, round, since } => {
+            src,
+        } => catch_up(s, cfg, r, copy, round, version, src),
+        Task::Clock {
+            copy,
+            round,
+            since,
+            src,
+        } => {
             // The first own PV create after the check began, else a version round.
             let clock = s.replicas[r].clock;
             let version = if clock > since { clock } else { s.rv };
@@ -64,9 +74,11 @@ pub fn step(s: &mut State, cfg: &Config, r: usize, u: usize) {
                 copy,
                 round,
                 version,
+                src,
             }
         }
-        Task::Listing { copy, round } => listing(s, cfg, copy, round),
+        Task::Listing { copy, round, src } => listing(s, cfg, r, copy, round, src),
+        Task::Protect { src } => protect(s, src),
         Task::Gate => gate(s, r, u, CallKind::Create, Task::Creating, Task::Save),
         Task::EarlyRelease => {
             drop_intent(s, u);
@@ -75,7 +87,7 @@ pub fn step(s: &mut State, cfg: &Config, r: usize, u: usize) {
         Task::Save if cfg.variant != Variant::UngatedSave && !s.gate_open(r) => Task::Idle,
         Task::Save => save(s, r, u),
         Task::Abandon => abandon(s, r, u),
-        Task::Find => gate(s, r, u, CallKind::Find, Task::Finding, Task::Record),
+        Task::Find => find(s, r, u),
         Task::Record => {
             // An edit on the claim's UID.
             if let Some(c) = s.claim_of(u).filter(|c| !c.handle) {
@@ -91,9 +103,118 @@ pub fn step(s: &mut State, cfg: &Config, r: usize, u: usize) {
             }
             Task::Idle
         }
+        Task::ReleaseSource => release_source(s, cfg, r, u),
         Task::Idle | Task::Creating | Task::Finding | Task::Deleting => return,
     };
     s.replicas[r].tasks[u] = next;
+}
+
+/// `gather::for_create`'s source of a clone, read live and checked
+/// (`clone::content_source`: bound, not being deleted, its PV there):
+/// whether it carries our protection; `None` if it is refused. Nothing to read
+/// for a claim that is no clone, or when this process has the driver's answer.
+fn gather(s: &State, r: usize, copy: Claim) -> Option<bool> {
+    let Some(source) = copy.clones else {
+        return Some(false);
+    };
+    if s.replicas[r].memory[usize::from(copy.uid)].created {
+        return Some(false);
+    }
+    s.claims[usize::from(source)]
+        .filter(|c| c.bound && !c.deleting && s.pvs[usize::from(c.uid)].is_some())
+        .map(|c| c.protected)
+}
+
+/// Where a confirmed attempt goes: a clone (without the driver's answer) has
+/// its source protected first.
+fn confirmed(s: &State, r: usize, copy: Claim, src: bool) -> Task {
+    let answered = s.replicas[r].memory[usize::from(copy.uid)].created;
+    if copy.clones.is_some() && !answered {
+        Task::Protect { src }
+    } else {
+        Task::Gate
+    }
+}
+
+/// `protect::protect`: nothing if the source as read carried our
+/// protection; else an edit of the source claim (a conflict reads it again):
+/// gone, it is `Edited::Gone`, which the create takes as done, as the product
+/// does; being deleted, it takes no new finalizer (an error: the attempt fails).
+fn protect(s: &mut State, src: bool) -> Task {
+    if src {
+        return Task::Gate;
+    }
+    let i = usize::from(s.source.expect("a clone has a source"));
+    match s.claims[i] {
+        None => Task::Gate,
+        Some(c) if c.protected => Task::Gate,
+        Some(c) if c.deleting => Task::Idle,
+        Some(c) => {
+            s.write_claim(
+                i,
+                Some(Claim {
+                    protected: true,
+                    ..c
+                }),
+            );
+            Task::Gate
+        }
+    }
+}
+
+/// The cleanup's `CreateVolume`: unless this process has the answer, a
+/// clone's request names its source, which `gather::for_cleanup` reads and
+/// holds first (`hold_for_cleanup`): a source gone, unbound, without its PV,
+/// or being deleted without our protection was never sent, and there is
+/// nothing to ask (the handle is unknown: nothing deleted, the intent
+/// released); else it is protected, then the call (one step: the source is
+/// held from then on).
+fn find(s: &mut State, r: usize, u: usize) -> Task {
+    if let Some(source) = s.clones(u)
+        && !s.replicas[r].memory[u].created
+    {
+        let i = usize::from(source);
+        let held = s.claims[i].filter(|c| c.bound && s.pvs[usize::from(c.uid)].is_some());
+        match held {
+            Some(c) if c.deleting && !c.protected => return Task::ReleaseNow,
+            Some(c) if !c.protected => s.write_claim(
+                i,
+                Some(Claim {
+                    protected: true,
+                    ..c
+                }),
+            ),
+            Some(_) => {}
+            None => return Task::ReleaseNow,
+        }
+    }
+    gate(s, r, u, CallKind::Find, Task::Finding, Task::Record)
+}
+
+/// `protect::release_clone_source`: a clone of it pending in this replica's
+/// claim cache keeps it (`ClonesPending`, retried); else the protection is
+/// removed from the claim read fresh (on its UID): the claim goes with it.
+fn release_source(s: &mut State, cfg: &Config, r: usize, u: usize) -> Task {
+    let i = s.name_of(u);
+    let pending = (0..s.claims.len()).any(|j| {
+        s.claim_cache(r, j).is_some_and(|c| {
+            product::kept_in_cache(j, &c, cfg.policy())
+                && product::waits_for(j, &c, cfg.policy(), i)
+        })
+    });
+    if pending {
+        return Task::Idle;
+    }
+    if let Some(c) = s.claim_of(u).filter(|c| c.protected) {
+        s.write_claim(
+            i,
+            Some(Claim {
+                protected: false,
+                ..c
+            }),
+        );
+    }
+    Task::Idle
 }
 
 /// What the API server said of the copy decided on (`intent::Confirmed`).
@@ -105,9 +226,9 @@ enum Confirmed {
     Gone,
 }
 
-fn carry_on(cfg: &Config, answer: Confirmed, round: u8) -> Task {
+fn carry_on(cfg: &Config, answer: Confirmed, round: u8, go: Task) -> Task {
     match answer {
-        Confirmed::Current => Task::Gate,
+        Confirmed::Current => go,
         Confirmed::Changed(fresh, i)
             if round + 1 < CONFIRM_ROUNDS && product::still_needs(i, &fresh, cfg.policy()) =>
         {
@@ -122,25 +243,28 @@ fn carry_on(cfg: &Config, answer: Confirmed, round: u8) -> Task {
 
 /// `intent::confirm`: the freshness answer for a copy that holds the intent
 /// in policy mode, else the fenced write.
-fn confirm(s: &mut State, cfg: &Config, copy: Claim, round: u8) -> Task {
+fn confirm(s: &mut State, cfg: &Config, r: usize, copy: Claim, round: u8, src: bool) -> Task {
+    let go = confirmed(s, r, copy, src);
     let check = match cfg.mode {
         Mode::Policy(check) if copy.intent => check,
-        _ => return carry_on(cfg, record(s, copy), round),
+        _ => return carry_on(cfg, record(s, copy), round, go),
     };
     match check {
-        Check::Read => carry_on(cfg, read(s, copy), round),
+        Check::Read => carry_on(cfg, read(s, copy), round, go),
         Check::VersionRound => Task::CatchUp {
             copy,
             round,
             version: s.rv,
+            src,
         },
         Check::WriteClock => Task::Clock {
             copy,
             round,
             since: s.rv,
+            src,
         },
-        Check::ListingRound => listing(s, cfg, copy, round),
-        Check::CacheAlone => Task::Gate,
+        Check::ListingRound => listing(s, cfg, r, copy, round, src),
+        Check::CacheAlone => go,
     }
 }
 
@@ -187,9 +311,17 @@ fn read(s: &State, copy: Claim) -> Confirmed {
 
 /// The cache caught up with `version` (`Fresh::Caught`, `intent::as_cached`),
 /// or it did not in time: a listing round.
-fn catch_up(s: &State, cfg: &Config, r: usize, copy: Claim, round: u8, version: u8) -> Task {
+fn catch_up(
+    s: &State,
+    cfg: &Config,
+    r: usize,
+    copy: Claim,
+    round: u8,
+    version: u8,
+    src: bool,
+) -> Task {
     if !s.claim_feed.caught_up(s.replicas[r].claims_seen, version) {
-        return Task::Listing { copy, round };
+        return Task::Listing { copy, round, src };
     }
     let i = s.name_of(copy.uid.into());
     let cached = s
@@ -201,19 +333,20 @@ fn catch_up(s: &State, cfg: &Config, r: usize, copy: Claim, round: u8, version: 
         // Deleted, re-created, or bound and so left out of the cache.
         _ => Confirmed::Gone,
     };
-    carry_on(cfg, answer, round)
+    carry_on(cfg, answer, round, confirmed(s, r, copy, src))
 }
 
 /// A listing round (`intent::as_listed`): the labelled claims with their
 /// UIDs and versions; a claim not among them is read.
-fn listing(s: &State, cfg: &Config, copy: Claim, round: u8) -> Task {
+fn listing(s: &State, cfg: &Config, r: usize, copy: Claim, round: u8, src: bool) -> Task {
     let i = s.name_of(copy.uid.into());
+    let go = confirmed(s, r, copy, src);
     match s.claims[i].filter(|c| c.intent) {
         Some(now) if now.uid != copy.uid => Task::Idle,
-        Some(now) if now.rv == copy.rv => Task::Gate,
+        Some(now) if now.rv == copy.rv => go,
         // `Confirmed::Newer`: its watch event brings it, decided again then.
         Some(_) => Task::Idle,
-        None => carry_on(cfg, read(s, copy), round),
+        None => carry_on(cfg, read(s, copy), round, go),
     }
 }
 
@@ -310,7 +443,7 @@ pub fn vol_decision(s: &State, r: usize, u: usize) -> bool {
     s.gate_open(r)
         && rep.vols[u] == VolTask::Idle
         && s.pv_cache(r, u)
-            .is_some_and(|p| product::deletes(s.name_of(u), u, &p, rep.pv_deleted[u]))
+            .is_some_and(|p| product::deletes(s.name_of(u), u, s.clones(u), &p, rep.pv_deleted[u]))
 }
 
 pub fn vol_begin(s: &mut State, r: usize, u: usize) {
@@ -394,9 +527,11 @@ fn confirm_delete(s: &mut State, r: usize, u: usize, copy: Pv) -> VolTask {
         }
     }
     match s.pvs[u] {
-        Some(fresh) if product::still_deletes(s.name_of(u), u, &fresh, &copy) => VolTask::Gate {
-            terminating: fresh.deleting,
-        },
+        Some(fresh) if product::still_deletes(s.name_of(u), u, s.clones(u), &fresh, &copy) => {
+            VolTask::Gate {
+                terminating: fresh.deleting,
+            }
+        }
         _ => VolTask::Idle,
     }
 }

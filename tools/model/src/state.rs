@@ -25,6 +25,11 @@ pub struct Claim {
     pub bound: bool,
     /// The abandoned volume's handle is recorded on it.
     pub handle: bool,
+    /// It is a clone of the claim of this name (`spec.dataSource`).
+    pub clones: Option<u8>,
+    /// Our cloning protection (`provisioner.storage.kubernetes.io/cloning-protection`):
+    /// it is the source of a clone being made.
+    pub protected: bool,
 }
 
 /// A PV's phase, as the binder sets it.
@@ -107,9 +112,12 @@ impl<T: Copy> Feed<T> {
 pub enum Task {
     Idle,
     // ---- create (create.rs, intent.rs, fresh.rs) ----
-    /// Confirm the copy decided on: the fenced intent write, or in policy
-    /// mode (the copy holds the intent) the freshness answer. `round` counts
-    /// the copies re-read within one attempt (`CONFIRM_ROUNDS`).
+    /// Gather and confirm the copy decided on: a clone's source read and
+    /// checked (`gather::for_create`), then the fenced intent write, or in
+    /// policy mode (the copy holds the intent) the freshness answer. `round`
+    /// counts the copies re-read within one attempt (`CONFIRM_ROUNDS`). In
+    /// the steps that continue a freshness answer, `src` is whether the clone's
+    /// source as read carried our protection.
     Confirm {
         copy: Claim,
         round: u8,
@@ -120,17 +128,26 @@ pub enum Task {
         copy: Claim,
         round: u8,
         version: u8,
+        src: bool,
     },
     /// Waiting for the first own PV create after `since` (the write clock).
     Clock {
         copy: Claim,
         round: u8,
         since: u8,
+        src: bool,
     },
     /// A listing round.
     Listing {
         copy: Claim,
         round: u8,
+        src: bool,
+    },
+    /// Confirmed, a clone: its source protected (`protect::protect`: nothing
+    /// if the source as read carried the protection, else an edit of the
+    /// source claim on its UID).
+    Protect {
+        src: bool,
     },
     /// Confirmed: the leader gate, then `CreateVolume` (unless this process
     /// has the answer already).
@@ -156,6 +173,9 @@ pub enum Task {
     ReleaseNow,
     // ---- default mode, bound with the intent (IntentReleaser) ----
     Release,
+    // ---- a deleted clone source (protect::release_clone_source) ----
+    /// No clone of it pending in the claim cache: its protection removed.
+    ReleaseSource,
 }
 
 /// What one replica is doing about one PV: the volume path's deletion
@@ -254,6 +274,7 @@ pub enum User {
 /// Acts that broke an invariant at the moment they ran (bits of `State::broken`).
 pub const CREATED_FOR_GONE_CLAIM: u8 = 1;
 pub const DELETED_BOUND_VOLUME: u8 = 2;
+pub const DELETED_CLONE_SOURCE: u8 = 4;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct State {
@@ -262,6 +283,9 @@ pub struct State {
     pub rv: u8,
     /// By name.
     pub claims: Vec<Option<Claim>>,
+    /// The name of the claim that claim 0 is a clone of (the clone
+    /// configurations): bound already at the start, with its PV and volume.
+    pub source: Option<u8>,
     /// By claim UID, as are `volumes`, `user` and each replica's `tasks`,
     /// `vols`, `memory` and `pv_deleted`.
     pub pvs: Vec<Option<Pv>>,
@@ -292,6 +316,11 @@ impl State {
         (i..self.user.len()).step_by(self.claims.len())
     }
 
+    /// The name of the claim that the claim of UID `u` is a clone of.
+    pub fn clones(&self, u: usize) -> Option<u8> {
+        self.source.filter(|_| self.name_of(u) == 0)
+    }
+
     /// The claim of UID `u`, if the API server still has it.
     pub fn claim_of(&self, u: usize) -> Option<Claim> {
         self.claims[self.name_of(u)].filter(|c| usize::from(c.uid) == u)
@@ -314,7 +343,7 @@ impl State {
     pub fn write_claim(&mut self, i: usize, claim: Option<Claim>) {
         self.rv += 1;
         let claim = claim
-            .filter(|c| !c.deleting || c.intent)
+            .filter(|c| !c.deleting || c.intent || c.protected)
             .map(|c| Claim { rv: self.rv, ..c });
         self.claims[i] = claim;
         self.claim_feed.events.push((self.rv, i as u8, claim));

@@ -23,6 +23,8 @@ pub fn summary(s: &State) -> String {
                     (c.bound, "bound"),
                     (c.deleting, "deleting"),
                     (c.handle, "handle"),
+                    (c.protected, "protected"),
+                    (c.clones.is_some(), "clone"),
                 ] {
                     if on {
                         flags += "+";

@@ -4,8 +4,8 @@
 
 use crate::config::Config;
 use crate::state::{
-    CREATED_FOR_GONE_CLAIM, Call, CallKind, Claim, DELETED_BOUND_VOLUME, Memory, Phase, Pv, State,
-    Task, User, VolTask,
+    CREATED_FOR_GONE_CLAIM, Call, CallKind, Claim, DELETED_BOUND_VOLUME, DELETED_CLONE_SOURCE,
+    Memory, Phase, Pv, State, Task, User, VolTask, Volume,
 };
 
 /// Whether the user may create the claim of UID `u` now: the first of its
@@ -14,6 +14,7 @@ use crate::state::{
 pub fn can_create(s: &State, u: usize) -> bool {
     let i = s.name_of(u);
     s.user[u] == User::NotYet
+        && s.source != Some(i as u8)
         && match u.checked_sub(s.claims.len()) {
             None => true,
             Some(before) => s.user[before] == User::Deleted && s.claims[i].is_none(),
@@ -24,6 +25,39 @@ pub fn can_create(s: &State, u: usize) -> bool {
 /// the configuration says so).
 pub fn can_delete(s: &State, cfg: &Config, u: usize) -> bool {
     s.user[u] == User::Created && (u < s.claims.len() || cfg.delete_recreated)
+}
+
+/// The claim named `i` (its first UID), made and bound before the run, with
+/// its PV and volume: the source claim 0 is a clone of.
+pub fn source_exists(s: &mut State, i: usize) {
+    s.source = Some(i as u8);
+    s.user[i] = User::Created;
+    s.volumes[i] = Volume {
+        exists: true,
+        made: 1,
+    };
+    s.write_pv(
+        i,
+        Some(Pv {
+            rv: 0,
+            phase: Phase::Bound,
+            deleting: false,
+        }),
+    );
+    s.write_claim(
+        i,
+        Some(Claim {
+            uid: i as u8,
+            rv: 0,
+            handed: true,
+            intent: false,
+            deleting: false,
+            bound: true,
+            handle: false,
+            clones: None,
+            protected: false,
+        }),
+    );
 }
 
 /// The user creates the claim of UID `u` (not yet handed to any provisioner).
@@ -39,6 +73,8 @@ pub fn user_creates(s: &mut State, u: usize) {
             deleting: false,
             bound: false,
             handle: false,
+            clones: s.clones(u),
+            protected: false,
         }),
     );
 }
@@ -208,13 +244,20 @@ pub fn run_call(s: &mut State, k: usize, after_create: Task) {
     let Call { replica, uid, kind } = s.calls.remove(k);
     let u = usize::from(uid);
     let gone = s.claim_of(u).is_none();
-    let vol = &mut s.volumes[u];
+    // A clone made from a volume that is gone: the driver refuses it.
+    let no_source = s
+        .clones(u)
+        .is_some_and(|i| !s.volumes[usize::from(i)].exists);
+    let mut failed = false;
     match kind {
         CallKind::Create | CallKind::Find => {
             if gone {
                 s.broken |= CREATED_FOR_GONE_CLAIM;
             }
-            if !vol.exists {
+            let vol = &mut s.volumes[u];
+            if !vol.exists && no_source {
+                failed = true;
+            } else if !vol.exists {
                 vol.exists = true;
                 vol.made += 1;
             }
@@ -223,17 +266,31 @@ pub fn run_call(s: &mut State, k: usize, after_create: Task) {
             if s.pvs[u].is_some_and(|p| p.phase == Phase::Bound) {
                 s.broken |= DELETED_BOUND_VOLUME;
             }
-            vol.exists = false;
+            // A clone of this volume still being made (a call that may make
+            // one is in flight).
+            let cloned = s.calls.iter().any(|c| {
+                matches!(c.kind, CallKind::Create | CallKind::Find)
+                    && s.clones(usize::from(c.uid)).map(usize::from) == Some(s.name_of(u))
+                    && !s.volumes[usize::from(c.uid)].exists
+            });
+            if cloned && s.source.map(usize::from) == Some(u) {
+                s.broken |= DELETED_CLONE_SOURCE;
+            }
+            s.volumes[u].exists = false;
         }
     }
     if replica != NOBODY {
-        answer(s, usize::from(replica), u, kind, after_create);
+        answer(s, usize::from(replica), u, kind, failed, after_create);
     }
 }
 
-fn answer(s: &mut State, r: usize, u: usize, kind: CallKind, after_create: Task) {
+fn answer(s: &mut State, r: usize, u: usize, kind: CallKind, failed: bool, after_create: Task) {
     let rep = &mut s.replicas[r];
     match (kind, rep.tasks[u]) {
+        // A refused create: the attempt fails.
+        (CallKind::Create, Task::Creating) | (CallKind::Find, Task::Finding) if failed => {
+            rep.tasks[u] = Task::Idle;
+        }
         (CallKind::Create, Task::Creating) => {
             rep.memory[u].created = true;
             rep.tasks[u] = after_create;
