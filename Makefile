@@ -75,7 +75,8 @@ chaos:
 # The provisioning protocol, model-checked (tools/model, issue 39): every mode and freshness
 # answer, then the known-wrong variants, each with its state count, time and any counterexample
 # (docs/reliability.md, "The protocol, model-checked"). `make test` runs the small configuration
-# (cargo test -p model); `make model-deep` the deeper one (two claims), on THREADS threads. The
+# (cargo test -p model); `make model-deep` the deeper ones (a lost answer, a crash and a takeover
+# at once; a re-creation under the claim's name that may be deleted too), on THREADS threads. The
 # dev profile, which builds the model crate optimised: no release build of the product needed.
 model:
 	cargo run -p model -- --threads $(or $(THREADS),1)

@@ -54,8 +54,17 @@ pub struct Config {
     pub name: &'static str,
     pub mode: Mode,
     pub variant: Variant,
-    /// Claims the user creates (and may delete), each once.
+    /// Claim names the user creates claims under (and may delete).
     pub claims: usize,
+    /// Claims the user may create again under each name once the claim of
+    /// that name is gone (same name, a new UID).
+    pub recreations: u8,
+    /// Whether the user may delete a re-created claim too (else it stays,
+    /// and must get its PV).
+    pub delete_recreated: bool,
+    /// Claim 0 is a clone of another claim of ours, bound with its PV and
+    /// volume from the start, which the user may delete at any moment.
+    pub clone: bool,
     /// Sidecar replicas contending for the Lease.
     pub replicas: usize,
     /// CSI calls whose answer may be lost (a timeout, before or after the
@@ -78,6 +87,9 @@ impl Config {
             mode,
             variant: Variant::Product,
             claims: 1,
+            recreations: 0,
+            delete_recreated: true,
+            clone: false,
             replicas: 2,
             timeouts: 0,
             crashes: 0,
@@ -100,6 +112,34 @@ impl Config {
     pub fn takeover(name: &'static str, mode: Mode) -> Config {
         Config {
             ticks: 1,
+            ..Config::one_claim(name, mode)
+        }
+    }
+
+    /// A claim deleted at any moment and created again under the same name
+    /// (a new UID), which stays; no fault: the stale caches and the orderings
+    /// alone.
+    pub fn recreation(name: &'static str, mode: Mode) -> Config {
+        Config {
+            recreations: 1,
+            delete_recreated: false,
+            ..Config::one_claim(name, mode)
+        }
+    }
+
+    /// The same, the re-created claim deleted at any moment too
+    /// (`make model-deep`: thirty times the states).
+    pub fn deep_recreation(name: &'static str, mode: Mode) -> Config {
+        Config {
+            delete_recreated: true,
+            ..Config::recreation(name, mode)
+        }
+    }
+
+    /// A clone of a bound claim, either deleted at any moment; no fault.
+    pub fn clone(name: &'static str, mode: Mode) -> Config {
+        Config {
+            clone: true,
             ..Config::one_claim(name, mode)
         }
     }

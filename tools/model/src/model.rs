@@ -26,13 +26,20 @@ impl Protocol {
     }
 }
 
-/// One step of one actor.
+/// One step of one actor. A claim is named by its name (`claim 0`) where the
+/// actor works by name, by its UID (`claim u1`) where by object; a PV by the
+/// claim UID it is named after.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Action {
+    /// (UID)
     UserCreates(u8),
+    /// (UID)
     UserDeletes(u8),
+    /// (name)
     HandOff(u8),
+    /// (name)
     Bind(u8),
+    /// (PV)
     Release(u8),
     /// A replica's claim cache replays the next write.
     ClaimEvent(u8),
@@ -41,14 +48,14 @@ pub enum Action {
     Tick,
     /// The driver runs the call at this index of the calls in flight.
     Run(u8),
-    /// (replica, claim): the product's claim decision, and the act it begins.
+    /// (replica, name): the product's claim decision, and the act it begins.
     Decide(u8, u8, Act),
-    /// (replica, claim): the next step of the act under way.
+    /// (replica, UID): the next step of the act under way.
     Step(u8, u8),
     /// (replica, PV): the product's volume decision is `Delete`; it begins.
     VolDecide(u8, u8),
     VolStep(u8, u8),
-    /// Fault: a CSI call's answer is lost (replica, claim).
+    /// Fault: a CSI call's answer is lost (replica, UID).
     Timeout(u8, u8),
     /// Fault: a replica crashes.
     Crash(u8),
@@ -73,21 +80,23 @@ impl Action {
 impl fmt::Display for Action {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            Action::UserCreates(i) => write!(f, "user creates claim {i}"),
-            Action::UserDeletes(i) => write!(f, "user deletes claim {i}"),
+            Action::UserCreates(u) => write!(f, "user creates claim u{u}"),
+            Action::UserDeletes(u) => write!(f, "user deletes claim u{u}"),
             Action::HandOff(i) => write!(f, "binder hands claim {i} to the driver"),
             Action::Bind(i) => write!(f, "binder binds claim {i} to its PV"),
-            Action::Release(i) => write!(f, "binder marks PV {i} Released"),
+            Action::Release(u) => write!(f, "binder marks PV u{u} Released"),
             Action::ClaimEvent(r) => write!(f, "replica {r}'s claim cache replays a write"),
             Action::PvEvent(r) => write!(f, "replica {r}'s PV cache replays a write"),
             Action::Lead(r) => write!(f, "replica {r} takes or renews the Lease"),
             Action::Tick => write!(f, "the clock advances (a lease may expire)"),
             Action::Run(k) => write!(f, "the driver runs call #{k} in flight"),
             Action::Decide(r, i, act) => write!(f, "replica {r} decides on claim {i}: {act:?}"),
-            Action::Step(r, i) => write!(f, "replica {r}, claim {i}: next step"),
-            Action::VolDecide(r, i) => write!(f, "replica {r} decides on PV {i}: Delete"),
-            Action::VolStep(r, i) => write!(f, "replica {r}, PV {i}: next step"),
-            Action::Timeout(r, i) => write!(f, "FAULT: replica {r}'s call for claim {i} times out"),
+            Action::Step(r, u) => write!(f, "replica {r}, claim u{u}: next step"),
+            Action::VolDecide(r, u) => write!(f, "replica {r} decides on PV u{u}: Delete"),
+            Action::VolStep(r, u) => write!(f, "replica {r}, PV u{u}: next step"),
+            Action::Timeout(r, u) => {
+                write!(f, "FAULT: replica {r}'s call for claim u{u} times out")
+            }
             Action::Crash(r) => write!(f, "FAULT: replica {r} crashes"),
         }
     }
@@ -98,35 +107,45 @@ impl Model for Protocol {
     type Action = Action;
 
     fn init_states(&self) -> Vec<State> {
-        let (n, cfg) = (self.cfg.claims, &self.cfg);
+        let cfg = &self.cfg;
+        // The user's claim names, and the source of the clone.
+        let n = cfg.claims + usize::from(cfg.clone);
+        // Claim UIDs: each name's first claim and its re-creations.
+        let m = n * (1 + usize::from(cfg.recreations));
         let replica = Replica {
             started: false,
             until: 0,
             claims_seen: 0,
             pvs_seen: 0,
-            tasks: vec![Task::Idle; n],
-            vols: vec![VolTask::Idle; n],
-            memory: vec![Memory::default(); n],
-            pv_deleted: vec![false; n],
+            tasks: vec![Task::Idle; m],
+            vols: vec![VolTask::Idle; m],
+            memory: vec![Memory::default(); m],
+            pv_deleted: vec![false; m],
             clock: 0,
         };
-        vec![State {
+        let mut s = State {
             now: 0,
             rv: 0,
             claims: vec![None; n],
-            pvs: vec![None; n],
+            source: None,
+            pvs: vec![None; m],
             claim_feed: Feed::new(n),
-            pv_feed: Feed::new(n),
+            pv_feed: Feed::new(m),
             lease: None,
             replicas: vec![replica; cfg.replicas],
-            volumes: vec![Volume::default(); n],
+            volumes: vec![Volume::default(); m],
             calls: Vec::new(),
-            user: vec![User::NotYet; n],
+            user: vec![User::NotYet; m],
             timeouts: cfg.timeouts,
             crashes: cfg.crashes,
             ticks: cfg.ticks,
             broken: 0,
-        }]
+        };
+        if cfg.clone {
+            world::source_exists(&mut s, cfg.claims);
+        }
+        s.compact();
+        vec![s]
     }
 
     fn actions(&self, s: &State, out: &mut Vec<Action>) {
@@ -155,21 +174,27 @@ impl Model for Protocol {
 
 impl Protocol {
     fn world_actions(&self, s: &State, out: &mut Vec<Action>) {
-        for (i, user) in s.user.iter().enumerate() {
-            let c = i as u8;
+        for (u, user) in s.user.iter().enumerate() {
             match user {
-                User::NotYet => out.push(Action::UserCreates(c)),
-                User::Created => out.push(Action::UserDeletes(c)),
-                User::Deleted => {}
+                User::NotYet if world::can_create(s, u) => out.push(Action::UserCreates(u as u8)),
+                User::Created if world::can_delete(s, &self.cfg, u) => {
+                    out.push(Action::UserDeletes(u as u8))
+                }
+                User::NotYet | User::Created | User::Deleted => {}
             }
+        }
+        for i in 0..s.claims.len() {
+            let c = i as u8;
             if world::can_hand_off(s, i) {
                 out.push(Action::HandOff(c));
             }
             if world::can_bind(s, i) {
                 out.push(Action::Bind(c));
             }
-            if world::can_release(s, i) {
-                out.push(Action::Release(c));
+        }
+        for u in 0..s.pvs.len() {
+            if world::can_release(s, u) {
+                out.push(Action::Release(u as u8));
             }
         }
         for k in 0..s.calls.len() {
@@ -194,23 +219,25 @@ impl Protocol {
             out.push(Action::Lead(r8));
         }
         for i in 0..s.claims.len() {
-            let c = i as u8;
             if let Some(act) = sidecar::decision(s, &self.cfg, r, i) {
-                out.push(Action::Decide(r8, c, act));
+                out.push(Action::Decide(r8, i as u8, act));
             }
-            if sidecar::steps(rep.tasks[i]) {
+        }
+        for u in 0..s.pvs.len() {
+            let c = u as u8;
+            if sidecar::steps(rep.tasks[u]) {
                 out.push(Action::Step(r8, c));
             }
-            if sidecar::vol_decision(s, r, i) {
+            if sidecar::vol_decision(s, r, u) {
                 out.push(Action::VolDecide(r8, c));
             }
-            if !matches!(rep.vols[i], VolTask::Idle | VolTask::Deleting { .. }) {
+            if !matches!(rep.vols[u], VolTask::Idle | VolTask::Deleting { .. }) {
                 out.push(Action::VolStep(r8, c));
             }
             let waits = matches!(
-                rep.tasks[i],
+                rep.tasks[u],
                 Task::Creating | Task::Finding | Task::Deleting
-            ) || matches!(rep.vols[i], VolTask::Deleting { .. });
+            ) || matches!(rep.vols[u], VolTask::Deleting { .. });
             if waits && s.timeouts > 0 {
                 out.push(Action::Timeout(r8, c));
             }

@@ -22,9 +22,10 @@ use csi_provisioner::csi::{DriverCapabilities, pb};
 use csi_provisioner::keys;
 use csi_provisioner::kube::slim;
 use csi_provisioner::names::PvPhase;
-use csi_provisioner::provision::{ClaimView, DriverInfo, ProvisionOptions, build_pv, plan};
+use csi_provisioner::provision::{ClaimView, DriverInfo, ProvisionOptions, build_pv, clone, plan};
 use k8s_openapi::api::core::v1::{
-    PersistentVolumeClaim, PersistentVolumeClaimSpec, VolumeResourceRequirements,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimStatus,
+    TypedLocalObjectReference, VolumeResourceRequirements,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -51,8 +52,17 @@ static CLASS_OBJ: LazyLock<Arc<StorageClass>> = LazyLock::new(|| {
 });
 static OPTIONS: LazyLock<ProvisionOptions> = LazyLock::new(ProvisionOptions::default);
 
-/// Claim `i` as the API server would serve it.
+/// Claim `c`, of name `i`, as the API server would serve it.
 pub fn pvc(i: usize, c: &Claim, policy: bool) -> PersistentVolumeClaim {
+    let u = c.uid;
+    let finalizers: Vec<String> = [
+        (c.intent, keys::FINALIZER_PVC_INTENT),
+        (c.protected, keys::FINALIZER_CLONE_SOURCE),
+    ]
+    .into_iter()
+    .filter(|(on, _)| *on)
+    .map(|(_, f)| f.to_string())
+    .collect();
     let mut annotations = BTreeMap::new();
     if c.handed {
         annotations.insert(
@@ -61,7 +71,7 @@ pub fn pvc(i: usize, c: &Claim, policy: bool) -> PersistentVolumeClaim {
         );
     }
     if c.handle {
-        annotations.insert(keys::ANN_ABANDONED_HANDLE.to_string(), format!("vol-{i}"));
+        annotations.insert(keys::ANN_ABANDONED_HANDLE.to_string(), format!("vol-{u}"));
     }
     let labels = (policy && c.intent)
         .then(|| BTreeMap::from([(keys::LABEL_PROVISIONING.to_string(), DRIVER.to_string())]));
@@ -69,13 +79,11 @@ pub fn pvc(i: usize, c: &Claim, policy: bool) -> PersistentVolumeClaim {
         metadata: ObjectMeta {
             name: Some(format!("claim-{i}")),
             namespace: Some("ns".into()),
-            uid: Some(format!("u{i}")),
+            uid: Some(format!("u{u}")),
             resource_version: Some(c.rv.to_string()),
             annotations: Some(annotations),
             labels,
-            finalizers: c
-                .intent
-                .then(|| vec![keys::FINALIZER_PVC_INTENT.to_string()]),
+            finalizers: (!finalizers.is_empty()).then_some(finalizers),
             deletion_timestamp: c
                 .deleting
                 .then_some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)),
@@ -91,10 +99,19 @@ pub fn pvc(i: usize, c: &Claim, policy: bool) -> PersistentVolumeClaim {
                 ..Default::default()
             }),
             storage_class_name: Some(CLASS.into()),
-            volume_name: c.bound.then(|| format!("pvc-u{i}")),
+            volume_name: c.bound.then(|| format!("pvc-u{u}")),
+            data_source: c.clones.map(|source| TypedLocalObjectReference {
+                api_group: None,
+                kind: keys::CLAIM_KIND.into(),
+                name: format!("claim-{source}"),
+            }),
             ..Default::default()
         }),
-        status: None,
+        // The binder sets the phase with the volume name.
+        status: c.bound.then(|| PersistentVolumeClaimStatus {
+            phase: Some("Bound".into()),
+            ..Default::default()
+        }),
     }
 }
 
@@ -104,6 +121,7 @@ pub enum Act {
     Create,
     Abandon,
     ReleaseIntent,
+    ReleaseCloneSource,
 }
 
 /// The answers of the product's decisions, per checker thread, by their
@@ -133,6 +151,7 @@ thread_local! {
     static CLAIM: Answers<(usize, Claim, bool, Memory, bool), Option<Act>> = Default::default();
     static STILL_NEEDS: Answers<(usize, Claim, bool), bool> = Default::default();
     static KEPT: Answers<(usize, Claim, bool), bool> = Default::default();
+    static WAITS: Answers<(usize, Claim, bool, usize), bool> = Default::default();
     static DELETES: Answers<(usize, Pv, bool), bool> = Default::default();
     static STILL_DELETES: Answers<(usize, Pv, Pv), bool> = Default::default();
 }
@@ -169,7 +188,7 @@ fn claim_decision(
             // The driver's unsaved answer, as the memory holds it (its
             // handle does not matter to the decision).
             created: memory.created.then(|| pb::Volume {
-                volume_id: format!("v{i}"),
+                volume_id: format!("vol-{}", claim.uid),
                 ..Default::default()
             }),
             pv_saved: memory.pv_saved,
@@ -179,7 +198,7 @@ fn claim_decision(
             held: None,
         },
         pv: match pv {
-            Some(_) => CachedPv::BoundTo(format!("u{i}")),
+            Some(_) => CachedPv::BoundTo(format!("u{}", claim.uid)),
             None => CachedPv::Unknown,
         },
     });
@@ -187,12 +206,12 @@ fn claim_decision(
         Decision::Create(..) => Some(Act::Create),
         Decision::Abandon(_) => Some(Act::Abandon),
         Decision::ReleaseIntent => Some(Act::ReleaseIntent),
+        Decision::ReleaseCloneSource => Some(Act::ReleaseCloneSource),
         Decision::Forget
         | Decision::Wait(_)
         | Decision::Requeue(_)
         | Decision::Refuse(_)
-        | Decision::Race(..)
-        | Decision::ReleaseCloneSource => None,
+        | Decision::Race(..) => None,
     }
 }
 
@@ -213,26 +232,39 @@ pub fn kept_in_cache(i: usize, claim: &Claim, policy: bool) -> bool {
     })
 }
 
-/// PV names the model may use (claims × incarnations).
+/// Whether claim `c` of name `i`, as a cache holds it, is a clone still
+/// waiting for the claim named `source` (`ClaimView::waits_for`, which the
+/// release of a clone source asks of every cached claim).
+pub fn waits_for(i: usize, c: &Claim, policy: bool, source: usize) -> bool {
+    memo(&WAITS, (i, *c, policy, source), || {
+        let obj = pvc(i, c, policy);
+        ClaimView(&obj).waits_for(keys::CLAIM_KIND, "ns", &format!("claim-{source}"))
+    })
+}
+
+/// PV names the model may use (claim UIDs).
 const MAX_PVS: usize = 8;
 
-/// The PV the product saves for claim `i` (`provision::plan` and `build_pv`,
+/// The PV the product saves for the claim of UID `u` and name `i` (`provision::plan` and `build_pv`,
 /// on the claim handed to us and the driver's answer), as the PV cache parses
 /// it (`slim::Pv`, by serde from the object's JSON), with the UID the API
 /// server gives it. Built once per name: only the version, phase and deletion
 /// timestamp vary.
-fn saved_pv(i: usize) -> &'static slim::Pv {
+fn saved_pv(i: usize, u: usize, clones: Option<u8>) -> &'static slim::Pv {
     static SAVED: [OnceLock<slim::Pv>; MAX_PVS] = [const { OnceLock::new() }; MAX_PVS];
-    SAVED[i].get_or_init(|| {
+    SAVED[u].get_or_init(|| {
         let claim = pvc(
             i,
             &Claim {
+                uid: u as u8,
                 rv: 1,
                 handed: true,
                 intent: true,
                 deleting: false,
                 bound: false,
                 handle: false,
+                clones,
+                protected: false,
             },
             false,
         );
@@ -242,6 +274,7 @@ fn saved_pv(i: usize) -> &'static slim::Pv {
             capabilities: DriverCapabilities {
                 controller_service: true,
                 create_delete_volume: true,
+                clone_volume: true,
                 ..Default::default()
             },
         };
@@ -249,7 +282,8 @@ fn saved_pv(i: usize) -> &'static slim::Pv {
             plan(&claim, &CLASS_OBJ, &driver, &OPTIONS).expect("the model's claim is planned");
         let answer = pb::CreateVolumeResponse {
             volume: Some(pb::Volume {
-                volume_id: format!("vol-{i}"),
+                volume_id: format!("vol-{u}"),
+                content_source: clones.map(|source| clone::from_volume(format!("vol-{source}"))),
                 ..Default::default()
             }),
         };
@@ -257,14 +291,15 @@ fn saved_pv(i: usize) -> &'static slim::Pv {
             .expect("the model's PV is built");
         let json = serde_json::to_value(&pv).expect("a PV serialises");
         let mut slim: slim::Pv = serde_json::from_value(json).expect("the cache parses it");
-        slim.metadata.uid = Some(format!("pv-u{i}"));
+        slim.metadata.uid = Some(format!("pv-u{u}"));
         slim
     })
 }
 
-/// PV `i` as the API server would serve it.
-pub fn pv_object(i: usize, pv: &Pv) -> slim::Pv {
-    let mut obj = saved_pv(i).clone();
+/// PV `u` (of the claim of UID `u`, name `i`, a clone of `clones`) as the
+/// API server would serve it.
+pub fn pv_object(i: usize, u: usize, clones: Option<u8>, pv: &Pv) -> slim::Pv {
+    let mut obj = saved_pv(i, u, clones).clone();
     obj.metadata.resource_version = Some(pv.rv.to_string());
     obj.metadata.deletion_timestamp = pv
         .deleting
@@ -280,18 +315,18 @@ pub fn pv_object(i: usize, pv: &Pv) -> slim::Pv {
     obj
 }
 
-/// The volume path's decision on PV `i` as a replica's cache shows it, with
-/// what the process remembers (it finished the PV's deletion): whether to
-/// delete it. Forget, wait and requeue do not act; our PVs are born with our
+/// The volume path's decision on PV `u` (its claim's name `i`) as a
+/// replica's cache shows it, with what the process remembers (it finished the
+/// PV's deletion): whether to delete it. Forget, wait and requeue do not act; our PVs are born with our
 /// finalizer and policy Delete, so adding or removing it is never decided.
-pub fn deletes(i: usize, pv: &Pv, deleted: bool) -> bool {
-    memo(&DELETES, (i, *pv, deleted), || {
-        volume_decision(i, pv, deleted)
+pub fn deletes(i: usize, u: usize, clones: Option<u8>, pv: &Pv, deleted: bool) -> bool {
+    memo(&DELETES, (u, *pv, deleted), || {
+        volume_decision(i, u, clones, pv, deleted)
     })
 }
 
-fn volume_decision(i: usize, pv: &Pv, deleted: bool) -> bool {
-    let obj = pv_object(i, pv);
+fn volume_decision(i: usize, u: usize, clones: Option<u8>, pv: &Pv, deleted: bool) -> bool {
+    let obj = pv_object(i, u, clones, pv);
     let (decision, _attempt) = volume::decide(&volume::Facts {
         pv: &obj,
         driver: DRIVER,
@@ -313,10 +348,14 @@ fn volume_decision(i: usize, pv: &Pv, deleted: bool) -> bool {
     }
 }
 
-/// The product's answer to "is `fresh`, PV `i` as the API server has it,
+/// The product's answer to "is `fresh`, PV `u` as the API server has it,
 /// still the PV decided on (`cached`) and still to be deleted?".
-pub fn still_deletes(i: usize, fresh: &Pv, cached: &Pv) -> bool {
-    memo(&STILL_DELETES, (i, *fresh, *cached), || {
-        volume::still_to_delete(&pv_object(i, fresh), &pv_object(i, cached), DRIVER)
+pub fn still_deletes(i: usize, u: usize, clones: Option<u8>, fresh: &Pv, cached: &Pv) -> bool {
+    memo(&STILL_DELETES, (u, *fresh, *cached), || {
+        let (fresh, cached) = (
+            pv_object(i, u, clones, fresh),
+            pv_object(i, u, clones, cached),
+        );
+        volume::still_to_delete(&fresh, &cached, DRIVER)
     })
 }

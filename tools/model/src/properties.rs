@@ -1,4 +1,5 @@
-//! The invariants (DESIGN §2), as properties of every reachable state.
+//! The invariants (DESIGN §2), as properties of every reachable state. A
+//! claim is one UID: one re-created under the same name is another claim.
 //!
 //! Safety is checked on each state, or at the moment of the act that would
 //! break it (`State::broken`). The two properties about the end — no volume
@@ -8,7 +9,9 @@
 //! replica holds the Lease (the clock advances only when nobody does, so a
 //! lease expires and another replica takes over), and every other enabled
 //! step — the driver, the binder, each cache, each replica's decisions and
-//! acts — is taken in turn (weak fairness: a round-robin schedule). A state
+//! acts — is taken in turn (weak fairness: of the steps enabled, the one
+//! taken least recently goes next; a round-robin over the list of enabled
+//! steps is not fair when that list changes with each step). A state
 //! from which that schedule does not reach the goal within
 //! `Config::settle_steps` is a counterexample. (This shows the protocol never
 //! gets stuck and never leaks whatever happened before; it follows one fair
@@ -21,13 +24,17 @@ use std::sync::Mutex;
 use stateright::{Model, Property};
 
 use crate::model::{Action, Protocol};
-use crate::state::{CREATED_FOR_GONE_CLAIM, DELETED_BOUND_VOLUME, Phase, State, User};
+use crate::state::{
+    CREATED_FOR_GONE_CLAIM, DELETED_BOUND_VOLUME, DELETED_CLONE_SOURCE, Phase, State, User,
+};
 use crate::world;
 
 pub const ONE_VOLUME: &str = "at most one backend volume per claim";
 pub const NO_BOUND_DELETE: &str = "no volume deleted while a PV naming it is bound";
 pub const NO_CREATE_FOR_GONE: &str = "no CreateVolume for a claim the API server no longer has";
 pub const NO_LEAK: &str = "no volume, PV or claim left once the claim is deleted (fair completion)";
+pub const NO_CLONE_SOURCE_DELETE: &str =
+    "no volume deleted while a clone of it is being made (a CreateVolume naming it in flight)";
 pub const LIVE: &str = "every claim that stays gets its PV and loses the intent (fair completion)";
 
 pub fn all() -> Vec<Property<Protocol>> {
@@ -41,6 +48,9 @@ pub fn all() -> Vec<Property<Protocol>> {
         Property::always(NO_CREATE_FOR_GONE, |_, s: &State| {
             s.broken & CREATED_FOR_GONE_CLAIM == 0
         }),
+        Property::always(NO_CLONE_SOURCE_DELETE, |_, s: &State| {
+            s.broken & DELETED_CLONE_SOURCE == 0
+        }),
         Property::always(NO_LEAK, |m: &Protocol, s: &State| m.verdict(s).clean),
         Property::always(LIVE, |m: &Protocol, s: &State| m.verdict(s).live),
         // Not vacuous: each of these is reached.
@@ -50,13 +60,35 @@ pub fn all() -> Vec<Property<Protocol>> {
         Property::sometimes(
             "a claim deleted mid-provisioning is cleaned up",
             |_, s: &State| {
-                (0..s.user.len()).any(|i| {
-                    s.user[i] == User::Deleted
-                        && s.volumes[i].made == 1
-                        && !s.volumes[i].exists
-                        && s.pvs[i].is_none()
-                        && s.claims[i].is_none()
+                (0..s.user.len()).any(|u| {
+                    s.user[u] == User::Deleted
+                        && s.volumes[u].made == 1
+                        && !s.volumes[u].exists
+                        && s.pvs[u].is_none()
+                        && s.claim_of(u).is_none()
                 })
+            },
+        ),
+        // (Only where a clone is made.)
+        Property::sometimes(
+            "a clone gets its PV, and its source, deleted, is cleaned up",
+            |_, s: &State| {
+                s.source.is_none_or(|src| {
+                    let src = usize::from(src);
+                    s.claims[0].is_some_and(|c| c.bound)
+                        && s.user[src] == User::Deleted
+                        && s.claims[src].is_none()
+                        && !s.volumes[src].exists
+                })
+            },
+        ),
+        // (Only where the user may re-create a claim.)
+        Property::sometimes(
+            "a claim re-created under the name of a deleted one gets its PV",
+            |m: &Protocol, s: &State| {
+                m.cfg.recreations == 0
+                    || (s.claims.len()..s.user.len())
+                        .any(|u| s.claim_of(u).is_some_and(|c| c.bound && !c.intent))
             },
         ),
         // (Only where a lease may expire.)
@@ -84,15 +116,23 @@ impl Verdict {
             clean: true,
             live: true,
         };
-        for i in 0..s.user.len() {
-            match s.user[i] {
+        for u in 0..s.user.len() {
+            match s.user[u] {
                 User::NotYet => {}
+                // A clone whose source the user deleted before its volume was
+                // made waits for ever (refused: the source must be bound and
+                // not being deleted), as upstream's.
+                User::Created
+                    if s.volumes[u].made == 0
+                        && s.clones(u)
+                            .is_some_and(|src| s.user[usize::from(src)] == User::Deleted) => {}
                 User::Created => {
-                    v.live &= s.claims[i].is_some_and(|c| c.bound && !c.intent)
-                        && s.pvs[i].is_some_and(|p| p.phase == Phase::Bound);
+                    v.live &= s.claim_of(u).is_some_and(|c| c.bound && !c.intent)
+                        && s.pvs[u].is_some_and(|p| p.phase == Phase::Bound);
                 }
                 User::Deleted => {
-                    v.clean &= s.claims[i].is_none() && s.pvs[i].is_none() && !s.volumes[i].exists;
+                    v.clean &=
+                        s.claim_of(u).is_none() && s.pvs[u].is_none() && !s.volumes[u].exists;
                 }
             }
         }
@@ -135,12 +175,12 @@ impl Protocol {
     pub fn complete(&self, s: &State) -> (Vec<(State, Action)>, State) {
         let mut s = s.clone();
         let mut path = Vec::new();
-        let mut turn = 0usize;
+        let mut taken = HashMap::new();
         for _ in 0..self.cfg.settle_steps {
             if Verdict::of(&s).reached() {
                 break;
             }
-            let Some(action) = self.fair_next(&s, &mut turn) else {
+            let Some(action) = self.fair_next(&s, &mut taken, path.len()) else {
                 break;
             };
             let mut next = s.clone();
@@ -152,8 +192,15 @@ impl Protocol {
     }
 
     /// The next step of the fair schedule: a leader first (taking the Lease,
-    /// or letting the clock expire it), then every other step in turn.
-    fn fair_next(&self, s: &State, turn: &mut usize) -> Option<Action> {
+    /// or letting the clock expire it), then every other step in turn: the
+    /// enabled step taken least recently (`taken`: when each was last taken;
+    /// `now`: this step's number).
+    fn fair_next(
+        &self,
+        s: &State,
+        taken: &mut HashMap<Action, usize>,
+        now: usize,
+    ) -> Option<Action> {
         let replicas = 0..s.replicas.len();
         if !replicas.clone().any(|r| s.gate_open(r)) {
             return Some(match replicas.clone().find(|&r| world::can_lead(s, r)) {
@@ -164,10 +211,10 @@ impl Protocol {
         let mut all = Vec::new();
         self.actions(s, &mut all);
         let steps: Vec<Action> = all.into_iter().filter(|a| !a.is_choice()).collect();
-        if steps.is_empty() {
-            return None;
-        }
-        *turn += 1;
-        Some(steps[*turn % steps.len()])
+        let next = steps
+            .into_iter()
+            .min_by_key(|a| taken.get(a).map_or(0, |at| at + 1))?;
+        taken.insert(next, now);
+        Some(next)
     }
 }

@@ -3,12 +3,17 @@
 //! clock, the replicas, the CSI driver's backend and its calls in flight, the
 //! user, and what went wrong at the moment of an act.
 //!
-//! Claim `i` has UID `u<i>` and one incarnation; its PV and backend volume are
-//! named after that UID, so both are indexed by `i` too.
+//! Claims are indexed by name `i`. Each claim the user makes under a name is
+//! another object with a UID of its own: incarnation `k` of name `i` has UID
+//! `u = i + k × names` (`State::name_of`). Its PV and backend volume are named
+//! after the UID, so they are indexed by `u`, as is what a replica remembers
+//! and does about that claim.
 
 /// A claim as the API server has it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Claim {
+    /// Its UID's index (`u`).
+    pub uid: u8,
     pub rv: u8,
     /// The binder handed it to our driver (`volume.kubernetes.io/storage-provisioner`).
     pub handed: bool,
@@ -20,6 +25,11 @@ pub struct Claim {
     pub bound: bool,
     /// The abandoned volume's handle is recorded on it.
     pub handle: bool,
+    /// It is a clone of the claim of this name (`spec.dataSource`).
+    pub clones: Option<u8>,
+    /// Our cloning protection (`provisioner.storage.kubernetes.io/cloning-protection`):
+    /// it is the source of a clone being made.
+    pub protected: bool,
 }
 
 /// A PV's phase, as the binder sets it.
@@ -30,7 +40,7 @@ pub enum Phase {
     Released,
 }
 
-/// The PV of claim `i` (its claimRef is that claim, its handle its volume),
+/// The PV of claim UID `u` (its claimRef is that claim, its handle its volume),
 /// as the product saves it: reclaim policy Delete, held by our finalizer from
 /// its creation (`provision::build_pv`) until the volume path drops it, which
 /// removes it (nothing else deletes a PV here).
@@ -102,9 +112,12 @@ impl<T: Copy> Feed<T> {
 pub enum Task {
     Idle,
     // ---- create (create.rs, intent.rs, fresh.rs) ----
-    /// Confirm the copy decided on: the fenced intent write, or in policy
-    /// mode (the copy holds the intent) the freshness answer. `round` counts
-    /// the copies re-read within one attempt (`CONFIRM_ROUNDS`).
+    /// Gather and confirm the copy decided on: a clone's source read and
+    /// checked (`gather::for_create`), then the fenced intent write, or in
+    /// policy mode (the copy holds the intent) the freshness answer. `round`
+    /// counts the copies re-read within one attempt (`CONFIRM_ROUNDS`). In
+    /// the steps that continue a freshness answer, `src` is whether the clone's
+    /// source as read carried our protection.
     Confirm {
         copy: Claim,
         round: u8,
@@ -115,17 +128,26 @@ pub enum Task {
         copy: Claim,
         round: u8,
         version: u8,
+        src: bool,
     },
     /// Waiting for the first own PV create after `since` (the write clock).
     Clock {
         copy: Claim,
         round: u8,
         since: u8,
+        src: bool,
     },
     /// A listing round.
     Listing {
         copy: Claim,
         round: u8,
+        src: bool,
+    },
+    /// Confirmed, a clone: its source protected (`protect::protect`: nothing
+    /// if the source as read carried the protection, else an edit of the
+    /// source claim on its UID).
+    Protect {
+        src: bool,
     },
     /// Confirmed: the leader gate, then `CreateVolume` (unless this process
     /// has the answer already).
@@ -151,6 +173,9 @@ pub enum Task {
     ReleaseNow,
     // ---- default mode, bound with the intent (IntentReleaser) ----
     Release,
+    // ---- a deleted clone source (protect::release_clone_source) ----
+    /// No clone of it pending in the claim cache: its protection removed.
+    ReleaseSource,
 }
 
 /// What one replica is doing about one PV: the volume path's deletion
@@ -213,7 +238,8 @@ pub struct Replica {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Call {
     pub replica: u8,
-    pub claim: u8,
+    /// The claim UID whose volume it names.
+    pub uid: u8,
     pub kind: CallKind,
 }
 
@@ -229,7 +255,7 @@ pub enum CallKind {
     DeleteReleased,
 }
 
-/// The backend's volume of one claim's name.
+/// The backend's volume of one claim UID's name.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Volume {
     pub exists: bool,
@@ -237,7 +263,7 @@ pub struct Volume {
     pub made: u8,
 }
 
-/// Where the user is with one claim.
+/// Where the user is with one claim (one UID).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum User {
     NotYet,
@@ -248,13 +274,20 @@ pub enum User {
 /// Acts that broke an invariant at the moment they ran (bits of `State::broken`).
 pub const CREATED_FOR_GONE_CLAIM: u8 = 1;
 pub const DELETED_BOUND_VOLUME: u8 = 2;
+pub const DELETED_CLONE_SOURCE: u8 = 4;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct State {
     pub now: u8,
     /// The API server's revision (claims and PVs share it: one etcd).
     pub rv: u8,
+    /// By name.
     pub claims: Vec<Option<Claim>>,
+    /// The name of the claim that claim 0 is a clone of (the clone
+    /// configurations): bound already at the start, with its PV and volume.
+    pub source: Option<u8>,
+    /// By claim UID, as are `volumes`, `user` and each replica's `tasks`,
+    /// `vols`, `memory` and `pv_deleted`.
     pub pvs: Vec<Option<Pv>>,
     pub claim_feed: Feed<Claim>,
     pub pv_feed: Feed<Pv>,
@@ -273,12 +306,32 @@ pub struct State {
 }
 
 impl State {
+    /// The name of claim UID `u`.
+    pub fn name_of(&self, u: usize) -> usize {
+        u % self.claims.len()
+    }
+
+    /// The UIDs name `i` may have.
+    pub fn uids_of(&self, i: usize) -> impl Iterator<Item = usize> + use<> {
+        (i..self.user.len()).step_by(self.claims.len())
+    }
+
+    /// The name of the claim that the claim of UID `u` is a clone of.
+    pub fn clones(&self, u: usize) -> Option<u8> {
+        self.source.filter(|_| self.name_of(u) == 0)
+    }
+
+    /// The claim of UID `u`, if the API server still has it.
+    pub fn claim_of(&self, u: usize) -> Option<Claim> {
+        self.claims[self.name_of(u)].filter(|c| usize::from(c.uid) == u)
+    }
+
     pub fn claim_cache(&self, r: usize, i: usize) -> Option<Claim> {
         self.claim_feed.at(self.replicas[r].claims_seen, i)
     }
 
-    pub fn pv_cache(&self, r: usize, i: usize) -> Option<Pv> {
-        self.pv_feed.at(self.replicas[r].pvs_seen, i)
+    pub fn pv_cache(&self, r: usize, u: usize) -> Option<Pv> {
+        self.pv_feed.at(self.replicas[r].pvs_seen, u)
     }
 
     pub fn gate_open(&self, r: usize) -> bool {
@@ -290,17 +343,17 @@ impl State {
     pub fn write_claim(&mut self, i: usize, claim: Option<Claim>) {
         self.rv += 1;
         let claim = claim
-            .filter(|c| !c.deleting || c.intent)
+            .filter(|c| !c.deleting || c.intent || c.protected)
             .map(|c| Claim { rv: self.rv, ..c });
         self.claims[i] = claim;
         self.claim_feed.events.push((self.rv, i as u8, claim));
     }
 
-    pub fn write_pv(&mut self, i: usize, pv: Option<Pv>) {
+    pub fn write_pv(&mut self, u: usize, pv: Option<Pv>) {
         self.rv += 1;
         let pv = pv.map(|p| Pv { rv: self.rv, ..p });
-        self.pvs[i] = pv;
-        self.pv_feed.events.push((self.rv, i as u8, pv));
+        self.pvs[u] = pv;
+        self.pv_feed.events.push((self.rv, u as u8, pv));
     }
 
     /// Folds what every cache has seen. A replica that is not running has no

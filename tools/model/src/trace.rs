@@ -6,7 +6,7 @@ use stateright::Model;
 use stateright::Path;
 
 use crate::model::{Action, Protocol};
-use crate::state::{State, Task, VolTask};
+use crate::state::{State, Task, User, VolTask};
 
 /// One line of what matters in a state: the API server's objects, the
 /// backend, the Lease, each replica's caches and work, the calls in flight.
@@ -16,13 +16,15 @@ pub fn summary(s: &State) -> String {
         let claim = match s.claims[i] {
             None => "-".to_string(),
             Some(c) => {
-                let mut flags = format!("rv{}", c.rv);
+                let mut flags = format!("u{} rv{}", c.uid, c.rv);
                 for (on, name) in [
                     (c.handed, "handed"),
                     (c.intent, "intent"),
                     (c.bound, "bound"),
                     (c.deleting, "deleting"),
                     (c.handle, "handle"),
+                    (c.protected, "protected"),
+                    (c.clones.is_some(), "clone"),
                 ] {
                     if on {
                         flags += "+";
@@ -32,18 +34,24 @@ pub fn summary(s: &State) -> String {
                 flags
             }
         };
-        let pv = match s.pvs[i] {
+        let _ = write!(out, " | claim {i}: {claim}");
+    }
+    for u in 0..s.pvs.len() {
+        let vol = &s.volumes[u];
+        if s.user[u] == User::NotYet && vol.made == 0 {
+            continue;
+        }
+        let pv = match s.pvs[u] {
             None => "-".to_string(),
             Some(p) if p.deleting => format!("{:?}+deleting", p.phase),
             Some(p) => format!("{:?}", p.phase),
         };
-        let vol = &s.volumes[i];
         let vol = match (vol.exists, vol.made) {
             (_, 0) => "-".to_string(),
             (true, n) => format!("exists (made {n})"),
             (false, n) => format!("deleted (made {n})"),
         };
-        let _ = write!(out, " | claim {i}: {claim}, PV: {pv}, volume: {vol}");
+        let _ = write!(out, " | u{u}: PV {pv}, volume {vol}");
     }
     if let Some((holder, until)) = s.lease {
         let _ = write!(out, " | lease r{holder} to t={until}");
@@ -56,14 +64,14 @@ pub fn summary(s: &State) -> String {
             rep.claims_seen,
             rep.pvs_seen
         );
-        for (i, task) in rep.tasks.iter().enumerate() {
+        for (u, task) in rep.tasks.iter().enumerate() {
             if *task != Task::Idle {
-                let _ = write!(out, ", claim {i}: {}", task_name(task));
+                let _ = write!(out, ", claim u{u}: {}", task_name(task));
             }
         }
-        for (i, vol) in rep.vols.iter().enumerate() {
+        for (u, vol) in rep.vols.iter().enumerate() {
             if *vol != VolTask::Idle {
-                let _ = write!(out, ", PV {i}: {}", vol_name(vol));
+                let _ = write!(out, ", PV u{u}: {}", vol_name(vol));
             }
         }
     }
@@ -72,8 +80,8 @@ pub fn summary(s: &State) -> String {
             .calls
             .iter()
             .map(|c| match c.replica {
-                crate::world::NOBODY => format!("(orphaned) {:?} {}", c.kind, c.claim),
-                r => format!("r{r} {:?} {}", c.kind, c.claim),
+                crate::world::NOBODY => format!("(orphaned) {:?} u{}", c.kind, c.uid),
+                r => format!("r{r} {:?} u{}", c.kind, c.uid),
             })
             .collect();
         let _ = write!(out, " | calls in flight: {}", calls.join(", "));
@@ -103,8 +111,8 @@ fn step_taken(before: &State, after: &State, action: Action) -> String {
         Action::Run(k) => {
             let call = before.calls[usize::from(k)];
             format!(
-                " [{:?} for claim {} from r{}]",
-                call.kind, call.claim, call.replica
+                " [{:?} for claim u{} from r{}]",
+                call.kind, call.uid, call.replica
             )
         }
         _ => String::new(),

@@ -4,32 +4,87 @@
 
 use crate::config::Config;
 use crate::state::{
-    CREATED_FOR_GONE_CLAIM, Call, CallKind, Claim, DELETED_BOUND_VOLUME, Memory, Phase, Pv, State,
-    Task, User, VolTask,
+    CREATED_FOR_GONE_CLAIM, Call, CallKind, Claim, DELETED_BOUND_VOLUME, DELETED_CLONE_SOURCE,
+    Memory, Phase, Pv, State, Task, User, VolTask, Volume,
 };
 
-/// The user creates claim `i` (not yet handed to any provisioner).
-pub fn user_creates(s: &mut State, i: usize) {
+/// Whether the user may create the claim of UID `u` now: the first of its
+/// name, or one re-created under the name of a claim the user deleted and the
+/// API server no longer has (a create under a name in use is refused).
+pub fn can_create(s: &State, u: usize) -> bool {
+    let i = s.name_of(u);
+    s.user[u] == User::NotYet
+        && s.source != Some(i as u8)
+        && match u.checked_sub(s.claims.len()) {
+            None => true,
+            Some(before) => s.user[before] == User::Deleted && s.claims[i].is_none(),
+        }
+}
+
+/// Whether the user may delete the claim of UID `u` (a re-created one only if
+/// the configuration says so).
+pub fn can_delete(s: &State, cfg: &Config, u: usize) -> bool {
+    s.user[u] == User::Created && (u < s.claims.len() || cfg.delete_recreated)
+}
+
+/// The claim named `i` (its first UID), made and bound before the run, with
+/// its PV and volume: the source claim 0 is a clone of.
+pub fn source_exists(s: &mut State, i: usize) {
+    s.source = Some(i as u8);
     s.user[i] = User::Created;
+    s.volumes[i] = Volume {
+        exists: true,
+        made: 1,
+    };
+    s.write_pv(
+        i,
+        Some(Pv {
+            rv: 0,
+            phase: Phase::Bound,
+            deleting: false,
+        }),
+    );
     s.write_claim(
         i,
         Some(Claim {
+            uid: i as u8,
+            rv: 0,
+            handed: true,
+            intent: false,
+            deleting: false,
+            bound: true,
+            handle: false,
+            clones: None,
+            protected: false,
+        }),
+    );
+}
+
+/// The user creates the claim of UID `u` (not yet handed to any provisioner).
+pub fn user_creates(s: &mut State, u: usize) {
+    s.user[u] = User::Created;
+    s.write_claim(
+        s.name_of(u),
+        Some(Claim {
+            uid: u as u8,
             rv: 0,
             handed: false,
             intent: false,
             deleting: false,
             bound: false,
             handle: false,
+            clones: s.clones(u),
+            protected: false,
         }),
     );
 }
 
-/// The user deletes claim `i`: Terminating while a finalizer holds it.
-pub fn user_deletes(s: &mut State, i: usize) {
-    s.user[i] = User::Deleted;
-    if let Some(c) = s.claims[i] {
+/// The user deletes the claim of UID `u`: Terminating while a finalizer holds it.
+pub fn user_deletes(s: &mut State, u: usize) {
+    s.user[u] = User::Deleted;
+    if let Some(c) = s.claim_of(u) {
         s.write_claim(
-            i,
+            s.name_of(u),
             Some(Claim {
                 deleting: true,
                 ..c
@@ -61,36 +116,38 @@ pub fn hand_off(s: &mut State, cfg: &Config, i: usize) -> bool {
 /// The binder binds the claim to its PV (the PV first, then the claim); in
 /// policy mode the release-intent policy drops the intent in the claim's update.
 pub fn bind(s: &mut State, cfg: &Config, i: usize) -> bool {
-    match (s.claims[i], s.pvs[i]) {
-        (Some(c), Some(p)) if can_bind(s, i) => {
-            s.write_pv(
-                i,
-                Some(Pv {
-                    phase: Phase::Bound,
-                    ..p
-                }),
-            );
-            let intent = c.intent && !cfg.policy();
-            s.write_claim(
-                i,
-                Some(Claim {
-                    bound: true,
-                    intent,
-                    ..c
-                }),
-            );
-            true
-        }
-        _ => false,
+    if !can_bind(s, i) {
+        return false;
     }
+    let c = s.claims[i].expect("a claim to bind");
+    let u = usize::from(c.uid);
+    let p = s.pvs[u].expect("its PV");
+    s.write_pv(
+        u,
+        Some(Pv {
+            phase: Phase::Bound,
+            ..p
+        }),
+    );
+    let intent = c.intent && !cfg.policy();
+    s.write_claim(
+        i,
+        Some(Claim {
+            bound: true,
+            intent,
+            ..c
+        }),
+    );
+    true
 }
 
-/// The binder marks a PV whose claim is gone Released.
-pub fn release(s: &mut State, i: usize) -> bool {
-    match s.pvs[i] {
-        Some(p) if can_release(s, i) => {
+/// The binder marks a PV whose claim is gone Released (gone: no claim of
+/// that name, or another claim under it: the claimRef's UID differs).
+pub fn release(s: &mut State, u: usize) -> bool {
+    match s.pvs[u] {
+        Some(p) if can_release(s, u) => {
             s.write_pv(
-                i,
+                u,
                 Some(Pv {
                     phase: Phase::Released,
                     ..p
@@ -107,12 +164,15 @@ pub fn can_hand_off(s: &State, i: usize) -> bool {
 }
 
 pub fn can_bind(s: &State, i: usize) -> bool {
-    s.claims[i].is_some_and(|c| c.handed && !c.bound)
-        && s.pvs[i].is_some_and(|p| p.phase == Phase::Available)
+    s.claims[i].is_some_and(|c| {
+        c.handed
+            && !c.bound
+            && s.pvs[usize::from(c.uid)].is_some_and(|p| p.phase == Phase::Available)
+    })
 }
 
-pub fn can_release(s: &State, i: usize) -> bool {
-    s.claims[i].is_none() && s.pvs[i].is_some_and(|p| p.phase != Phase::Released)
+pub fn can_release(s: &State, u: usize) -> bool {
+    s.claim_of(u).is_none() && s.pvs[u].is_some_and(|p| p.phase != Phase::Released)
 }
 
 /// Replica `r`'s claim cache replays the next write; a claim's deletion
@@ -123,9 +183,11 @@ pub fn claim_event(s: &mut State, r: usize) -> bool {
         return false;
     }
     let (_, i, obj) = s.claim_feed.events[usize::from(seen - s.claim_feed.folded)];
+    // The deleted claim, as the cache had it.
+    let gone = s.claim_cache(r, usize::from(i)).filter(|_| obj.is_none());
     s.replicas[r].claims_seen += 1;
-    if obj.is_none() {
-        s.replicas[r].memory[usize::from(i)] = Memory::default();
+    if let Some(c) = gone {
+        s.replicas[r].memory[usize::from(c.uid)] = Memory::default();
     }
     true
 }
@@ -137,10 +199,10 @@ pub fn pv_event(s: &mut State, r: usize) -> bool {
     if seen >= s.pv_feed.written() {
         return false;
     }
-    let (_, i, obj) = s.pv_feed.events[usize::from(seen - s.pv_feed.folded)];
+    let (_, u, obj) = s.pv_feed.events[usize::from(seen - s.pv_feed.folded)];
     s.replicas[r].pvs_seen += 1;
     if obj.is_none() {
-        s.replicas[r].pv_deleted[usize::from(i)] = false;
+        s.replicas[r].pv_deleted[usize::from(u)] = false;
     }
     true
 }
@@ -172,60 +234,78 @@ pub fn lead(s: &mut State, r: usize) -> bool {
 /// The index of a call the driver may run now: the oldest for its name.
 pub fn runnable(s: &State, k: usize) -> bool {
     let call = s.calls[k];
-    !s.calls[..k].iter().any(|c| c.claim == call.claim)
+    !s.calls[..k].iter().any(|c| c.uid == call.uid)
 }
 
 /// The driver runs call `k`: creates by name (idempotent) or deletes; its
 /// answer reaches the caller if the caller still waits for it (a create's
 /// caller goes on to `after_create`).
 pub fn run_call(s: &mut State, k: usize, after_create: Task) {
-    let Call {
-        replica,
-        claim,
-        kind,
-    } = s.calls.remove(k);
-    let i = usize::from(claim);
-    let vol = &mut s.volumes[i];
+    let Call { replica, uid, kind } = s.calls.remove(k);
+    let u = usize::from(uid);
+    let gone = s.claim_of(u).is_none();
+    // A clone made from a volume that is gone: the driver refuses it.
+    let no_source = s
+        .clones(u)
+        .is_some_and(|i| !s.volumes[usize::from(i)].exists);
+    let mut failed = false;
     match kind {
         CallKind::Create | CallKind::Find => {
-            if s.claims[i].is_none() {
+            if gone {
                 s.broken |= CREATED_FOR_GONE_CLAIM;
             }
-            if !vol.exists {
+            let vol = &mut s.volumes[u];
+            if !vol.exists && no_source {
+                failed = true;
+            } else if !vol.exists {
                 vol.exists = true;
                 vol.made += 1;
             }
         }
         CallKind::DeleteAbandoned | CallKind::DeleteReleased => {
-            if s.pvs[i].is_some_and(|p| p.phase == Phase::Bound) {
+            if s.pvs[u].is_some_and(|p| p.phase == Phase::Bound) {
                 s.broken |= DELETED_BOUND_VOLUME;
             }
-            vol.exists = false;
+            // A clone of this volume still being made (a call that may make
+            // one is in flight).
+            let cloned = s.calls.iter().any(|c| {
+                matches!(c.kind, CallKind::Create | CallKind::Find)
+                    && s.clones(usize::from(c.uid)).map(usize::from) == Some(s.name_of(u))
+                    && !s.volumes[usize::from(c.uid)].exists
+            });
+            if cloned && s.source.map(usize::from) == Some(u) {
+                s.broken |= DELETED_CLONE_SOURCE;
+            }
+            s.volumes[u].exists = false;
         }
     }
     if replica != NOBODY {
-        answer(s, usize::from(replica), i, kind, after_create);
+        answer(s, usize::from(replica), u, kind, failed, after_create);
     }
 }
 
-fn answer(s: &mut State, r: usize, i: usize, kind: CallKind, after_create: Task) {
+fn answer(s: &mut State, r: usize, u: usize, kind: CallKind, failed: bool, after_create: Task) {
     let rep = &mut s.replicas[r];
-    match (kind, rep.tasks[i]) {
+    match (kind, rep.tasks[u]) {
+        // A refused create: the attempt fails.
+        (CallKind::Create, Task::Creating) | (CallKind::Find, Task::Finding) if failed => {
+            rep.tasks[u] = Task::Idle;
+        }
         (CallKind::Create, Task::Creating) => {
-            rep.memory[i].created = true;
-            rep.tasks[i] = after_create;
+            rep.memory[u].created = true;
+            rep.tasks[u] = after_create;
         }
         (CallKind::Find, Task::Finding) => {
-            rep.memory[i].created = true;
-            rep.tasks[i] = Task::Record;
+            rep.memory[u].created = true;
+            rep.tasks[u] = Task::Record;
         }
         (CallKind::DeleteAbandoned, Task::Deleting) => {
-            rep.memory[i].created = false;
-            rep.tasks[i] = Task::ReleaseNow;
+            rep.memory[u].created = false;
+            rep.tasks[u] = Task::ReleaseNow;
         }
         (CallKind::DeleteReleased, _) => {
-            if let VolTask::Deleting { terminating } = rep.vols[i] {
-                rep.vols[i] = if terminating {
+            if let VolTask::Deleting { terminating } = rep.vols[u] {
+                rep.vols[u] = if terminating {
                     VolTask::DropFinalizer
                 } else {
                     VolTask::DeletePv
@@ -236,11 +316,11 @@ fn answer(s: &mut State, r: usize, i: usize, kind: CallKind, after_create: Task)
     }
 }
 
-/// A call of replica `r` about claim `i` times out (or its answer is lost):
+/// A call of replica `r` about the claim of UID `u` times out (or its answer is lost):
 /// the attempt fails, the call may still run.
-pub fn time_out(s: &mut State, r: usize, i: usize) -> bool {
+pub fn time_out(s: &mut State, r: usize, u: usize) -> bool {
     let rep = &mut s.replicas[r];
-    let kinds: &[CallKind] = match (rep.tasks[i], rep.vols[i]) {
+    let kinds: &[CallKind] = match (rep.tasks[u], rep.vols[u]) {
         (Task::Creating, _) => &[CallKind::Create],
         (Task::Finding, _) => &[CallKind::Find],
         (Task::Deleting, _) => &[CallKind::DeleteAbandoned],
@@ -248,12 +328,12 @@ pub fn time_out(s: &mut State, r: usize, i: usize) -> bool {
         _ => return false,
     };
     if kinds[0] == CallKind::DeleteReleased {
-        rep.vols[i] = VolTask::Idle;
+        rep.vols[u] = VolTask::Idle;
     } else {
-        rep.tasks[i] = Task::Idle;
+        rep.tasks[u] = Task::Idle;
     }
     orphan(s, |c| {
-        usize::from(c.replica) == r && usize::from(c.claim) == i && kinds.contains(&c.kind)
+        usize::from(c.replica) == r && usize::from(c.uid) == u && kinds.contains(&c.kind)
     });
     s.timeouts -= 1;
     true
