@@ -553,7 +553,7 @@ pub async fn run_workload(ctx: &Ctx, sc: &Scenario, who: Who, round: u32) -> Run
         Err(e) => {
             result.notes.push(format!("installing the policies: {e:#}"));
             ctx.say(&format!("{tag}: installing the policies: {e:#}"));
-            cleanup(ctx, &setup).await;
+            cleanup(ctx, &setup, LeftPvs::OfTheDriver).await;
             return result;
         }
     };
@@ -567,7 +567,7 @@ pub async fn run_workload(ctx: &Ctx, sc: &Scenario, who: Who, round: u32) -> Run
     if let Some(p) = policies {
         p.remove(&ctx.cluster.admin).await;
     }
-    cleanup(ctx, &setup).await;
+    cleanup(ctx, &setup, LeftPvs::OfTheDriver).await;
     summary(ctx, &tag, &result);
     result
 }
@@ -857,9 +857,18 @@ impl Setup {
     }
 }
 
+/// Which PVs [`cleanup`] removes.
+pub(crate) enum LeftPvs {
+    /// Every PV of the run's driver.
+    OfTheDriver,
+    /// Only the PVs the run's observer saw alive (the scale profile: its pairs, of the same
+    /// driver, stay).
+    SeenByTheRun,
+}
+
 /// Removes what a run left: finalizers that a dead contender could not drop,
-/// the namespace, the class, PVs of the run's driver.
-pub(crate) async fn cleanup(ctx: &Ctx, s: &Setup) {
+/// the claims, the PVs `which` names, the namespace, the class.
+pub(crate) async fn cleanup(ctx: &Ctx, s: &Setup, which: LeftPvs) {
     let client = &ctx.cluster.admin;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &s.ns);
     let unfinalize = Patch::Merge(json!({"metadata": {"finalizers": null}}));
@@ -872,21 +881,26 @@ pub(crate) async fn cleanup(ctx: &Ctx, s: &Setup) {
         }
     }
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
-    if let Ok(list) = pvs.list(&ListParams::default()).await {
-        for pv in list {
-            let ours = pv
-                .spec
-                .as_ref()
-                .and_then(|s| s.csi.as_ref())
-                .map(|c| c.driver.as_str())
-                == Some(s.driver_name.as_str());
-            if ours {
-                let _ = pvs
-                    .patch(&pv.name_any(), &PatchParams::default(), &unfinalize)
-                    .await;
-                let _ = pvs.delete(&pv.name_any(), &DeleteParams::default()).await;
-            }
-        }
+    let left: Vec<String> = match which {
+        LeftPvs::SeenByTheRun => s.observer.state().pvs_alive.iter().cloned().collect(),
+        LeftPvs::OfTheDriver => match pvs.list(&ListParams::default()).await {
+            Ok(list) => list
+                .into_iter()
+                .filter(|pv| {
+                    pv.spec
+                        .as_ref()
+                        .and_then(|s| s.csi.as_ref())
+                        .map(|c| c.driver.as_str())
+                        == Some(s.driver_name.as_str())
+                })
+                .map(|pv| pv.name_any())
+                .collect(),
+            Err(_) => Vec::new(),
+        },
+    };
+    for pv in left {
+        let _ = pvs.patch(&pv, &PatchParams::default(), &unfinalize).await;
+        let _ = pvs.delete(&pv, &DeleteParams::default()).await;
     }
     let _ = Api::<Namespace>::all(client.clone())
         .delete(&s.ns, &DeleteParams::default())

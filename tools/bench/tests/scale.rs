@@ -7,8 +7,8 @@
 //! binaries (`cargo build --workspace --bins`), taken from the directory of this package's
 //! own binary.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+
 use std::time::Instant;
 
 use serde_json::Value;
@@ -18,41 +18,14 @@ const BURST: u64 = 50;
 
 #[test]
 fn the_scale_profile_at_a_thousand_pairs_measures_every_phase() {
-    let bench = PathBuf::from(env!("CARGO_BIN_EXE_bench"));
-    let bin_dir = bench.parent().expect("the binary is in a directory");
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let ours = bin_dir.join("csi-provisioner");
-    let driver = bin_dir.join("csi-test-driver");
-    for b in [&ours, &driver] {
-        assert!(
-            b.is_file(),
-            "{} is missing: build the workspace's binaries first (make test does)",
-            b.display()
-        );
-    }
-    let work = std::env::temp_dir().join(format!("bench-scale-{}", std::process::id()));
     let t0 = Instant::now();
-    let out = Command::new(&bench)
-        .current_dir(&repo)
-        .args(["run", "--profile", "scale", "--no-doc"])
-        .args(["--pairs", &PAIRS.to_string(), "--burst", &BURST.to_string()])
-        .args(["--idle-secs", "10"])
-        .arg(format!(
-            "--cluster-dir=/tmp/tb-bench-scale-{}",
-            std::process::id()
-        ))
-        .arg(format!("--work-dir={}", work.display()))
-        .arg(format!("--ours={}", ours.display()))
-        .arg(format!("--driver={}", driver.display()))
-        .output()
-        .expect("running the benchmark");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "bench failed ({}):\n{stderr}\n{stdout}",
-        out.status
+    let (pairs, burst) = (PAIRS.to_string(), BURST.to_string());
+    let run = common::run(
+        "scale",
+        "scale",
+        &["--pairs", &pairs, "--burst", &burst, "--idle-secs", "10"],
     );
+    let (stdout, results) = (&run.stdout, &run.results);
     eprintln!("the scale profile at {PAIRS} pairs took {:?}", t0.elapsed());
     for table in [
         "#### Idle RSS (MiB, VmRSS after idling)",
@@ -66,20 +39,6 @@ fn the_scale_profile_at_a_thousand_pairs_measures_every_phase() {
         );
     }
 
-    let results: Vec<Value> = serde_json::from_slice(
-        &std::fs::read(work.join("scale/results.json")).expect("results.json written"),
-    )
-    .expect("results.json is JSON");
-    let mut seen: Vec<&str> = results
-        .iter()
-        .map(|r| r["who"].as_str().unwrap_or("?"))
-        .collect();
-    seen.sort();
-    assert_eq!(
-        seen,
-        ["floor", "ours", "ours+policies", "upstream"],
-        "one run per contender: {results:?}"
-    );
     let positive = |r: &Value, path: &[&str]| {
         let v = path.iter().fold(r, |v, k| &v[*k]);
         assert!(
@@ -89,7 +48,7 @@ fn the_scale_profile_at_a_thousand_pairs_measures_every_phase() {
             path.join(".")
         );
     };
-    for r in &results {
+    for r in results {
         let who = r["who"].as_str().unwrap_or("?");
         assert_eq!(r["notes"], Value::Array(vec![]), "{who}: {}", r["notes"]);
         assert_eq!(r["scale"]["pairs"].as_u64(), Some(PAIRS), "{who}");
@@ -156,5 +115,4 @@ fn the_scale_profile_at_a_thousand_pairs_measures_every_phase() {
         idle("ours"),
         idle("upstream")
     );
-    let _ = std::fs::remove_dir_all(&work);
 }

@@ -8,68 +8,32 @@
 //! workspace's binaries (`cargo build --workspace --bins`), which are taken from
 //! the directory of this package's own binary.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-use serde_json::Value;
+mod common;
 
 const CLAIMS: u64 = 20;
 
 #[test]
 fn a_small_burst_runs_every_contender_end_to_end() {
-    let bench = PathBuf::from(env!("CARGO_BIN_EXE_bench"));
-    let bin_dir = bench.parent().expect("the binary is in a directory");
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let ours = bin_dir.join("csi-provisioner");
-    let driver = bin_dir.join("csi-test-driver");
-    for b in [&ours, &driver] {
-        assert!(
-            b.is_file(),
-            "{} is missing: build the workspace's binaries first (make test does)",
-            b.display()
-        );
-    }
-    let work = std::env::temp_dir().join(format!("bench-smoke-{}", std::process::id()));
-    let out = Command::new(&bench)
-        .current_dir(&repo)
-        .args(["run", "--profile", "quick", "--only", "burst-raised-0ms"])
-        .args(["--rounds", "1", "--claims", &CLAIMS.to_string(), "--no-doc"])
-        .arg(format!(
-            "--cluster-dir=/tmp/tb-bench-smoke-{}",
-            std::process::id()
-        ))
-        .arg(format!("--work-dir={}", work.display()))
-        .arg(format!("--ours={}", ours.display()))
-        .arg(format!("--driver={}", driver.display()))
-        .output()
-        .expect("running the benchmark");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "bench failed ({}):\n{stderr}\n{stdout}",
-        out.status
+    let claims = CLAIMS.to_string();
+    let run = common::run(
+        "smoke",
+        "quick",
+        &[
+            "--only",
+            "burst-raised-0ms",
+            "--rounds",
+            "1",
+            "--claims",
+            &claims,
+        ],
     );
+    let (stdout, results) = (&run.stdout, &run.results);
     assert!(
         stdout.contains("| `burst-raised-0ms` | ours+policies | provisioning: volumes/s"),
         "no targets table in the report:\n{stdout}"
     );
 
-    let results: Vec<Value> = serde_json::from_slice(
-        &std::fs::read(work.join("quick/results.json")).expect("results.json written"),
-    )
-    .expect("results.json is JSON");
-    let mut seen: Vec<&str> = results
-        .iter()
-        .map(|r| r["who"].as_str().unwrap_or("?"))
-        .collect();
-    seen.sort();
-    assert_eq!(
-        seen,
-        ["floor", "ours", "ours+policies", "upstream"],
-        "one run per contender"
-    );
-    for r in &results {
+    for r in results {
         let who = r["who"].as_str().unwrap_or("?");
         for field in ["claims", "provisioned", "bound"] {
             assert_eq!(r[field].as_u64(), Some(CLAIMS), "{who}: {field}");
@@ -150,5 +114,4 @@ fn a_small_burst_runs_every_contender_end_to_end() {
         Some(CLAIMS as f64),
         "ours deletes each volume once"
     );
-    let _ = std::fs::remove_dir_all(&work);
 }

@@ -9,13 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim};
-use k8s_openapi::api::storage::v1::StorageClass;
-use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube_fault_proxy::Proxy;
-use serde_json::json;
 
 use super::fill::{self, Bed};
 use super::{Audit, ControlPlane, Extra, Relist};
@@ -23,8 +18,9 @@ use crate::contender::{Running, Who};
 use crate::plan::{Scenario, Workload};
 use crate::procfs;
 use crate::runner::{
-    Ctx, RunResult, Setup, create_claim, delete_claims, install_policies, phase_metrics, prepare,
-    read_metrics_page, sample, start_contender, startup_metrics, wait_until, workload,
+    Ctx, LeftPvs, RunResult, Setup, cleanup, create_claim, delete_claims, install_policies,
+    phase_metrics, prepare, read_metrics_page, sample, start_contender, startup_metrics,
+    wait_until, workload,
 };
 
 /// The claim created right after the cut.
@@ -124,7 +120,8 @@ async fn one(
         }
         Err(e) => Err(e.context("installing the policies")),
     };
-    tidy(ctx, &s).await;
+    // Its claims and their PVs; the pairs stay.
+    cleanup(ctx, &s, LeftPvs::SeenByTheRun).await;
     outcome
 }
 
@@ -352,34 +349,6 @@ fn control_plane(ctx: &Ctx) -> ControlPlane {
         etcd_rss_kib: etcd.rss_kib,
         etcd_db_bytes: ctx.cluster.etcd_db_bytes().unwrap_or(0),
     }
-}
-
-/// Removes what a run left (its claims, their PVs, its namespace and class); the pairs
-/// stay. Not `runner::cleanup`: that one removes every PV of the driver, the pairs' too.
-async fn tidy(ctx: &Ctx, s: &Setup) {
-    let client = &ctx.cluster.admin;
-    let unfinalize = Patch::Merge(json!({"metadata": {"finalizers": null}}));
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &s.ns);
-    if let Ok(list) = claims.list(&ListParams::default()).await {
-        for c in list {
-            let _ = claims
-                .patch(&c.name_any(), &PatchParams::default(), &unfinalize)
-                .await;
-            let _ = claims.delete(&c.name_any(), &DeleteParams::default()).await;
-        }
-    }
-    let left: Vec<String> = s.observer.state().pvs_alive.iter().cloned().collect();
-    let pvs: Api<PersistentVolume> = Api::all(client.clone());
-    for pv in left {
-        let _ = pvs.patch(&pv, &PatchParams::default(), &unfinalize).await;
-        let _ = pvs.delete(&pv, &DeleteParams::default()).await;
-    }
-    let _ = Api::<Namespace>::all(client.clone())
-        .delete(&s.ns, &DeleteParams::default())
-        .await;
-    let _ = Api::<StorageClass>::all(client.clone())
-        .delete(&s.class, &DeleteParams::default())
-        .await;
 }
 
 fn say_done(ctx: &Ctx, sc: &Scenario, who: Who, r: &RunResult, e: &Extra) {
