@@ -15,6 +15,7 @@ use crate::controller::queue::Action;
 use crate::keys;
 use crate::kube::slim::Claim;
 use crate::kube::snapshot::{self, VolumeSnapshot};
+use crate::kube::update::Edited;
 use crate::kube::{get_fresh, has_finalizer, update};
 use crate::provision::ClaimView;
 use crate::provision::snapshot::{SnapshotSource, smaller_than_snapshot};
@@ -49,25 +50,59 @@ impl Source {
 /// still waiting for it can have been sent (a create protects its source
 /// first, and the protection stays while any claim waits for it), and there
 /// is nothing to ask; a deleting source takes no new finalizer anyway.
+/// A source claim gone by the time it is to be held was never sent either (a
+/// create fails when its source is gone before its protection).
 pub async fn hold_for_cleanup(ctx: &Context, source: &Source) -> Result<bool, ClaimError> {
     if source.deleting() && !source.protected() {
         return Ok(false);
     }
-    protect(ctx, source).await?;
-    Ok(true)
+    Ok(put_on(ctx, source).await? == Held::Yes)
 }
 
-/// Puts the source's protection on it (fenced on what was read).
+/// Puts the source's protection on it (fenced on what was read) before a
+/// `CreateVolume` that names it. A source claim gone since it was read fails
+/// the attempt as a source that cannot be read does (upstream's clone
+/// finalizer update returns its error): the call would name a volume its own
+/// claim's deletion may be deleting (the model's finding F3).
 pub async fn protect(ctx: &Context, source: &Source) -> Result<(), ClaimError> {
+    match put_on(ctx, source).await? {
+        Held::Yes => Ok(()),
+        Held::Gone { namespace, name } => Err(ClaimError::DataSource {
+            kind: keys::CLAIM_KIND,
+            reason: format!(
+                "error getting PVC {name} (namespace {namespace:?}) from api server: \
+                 persistentvolumeclaims {name:?} not found"
+            ),
+            name,
+        }),
+    }
+}
+
+/// Whether the protection is on the source now.
+#[derive(Debug, PartialEq, Eq)]
+enum Held {
+    Yes,
+    /// The source claim is gone, or its name is another claim's now.
+    Gone {
+        namespace: String,
+        name: String,
+    },
+}
+
+async fn put_on(ctx: &Context, source: &Source) -> Result<Held, ClaimError> {
     let result = match source {
         Source::Snapshot(s) => {
             let api = Api::<VolumeSnapshot>::namespaced(
                 ctx.shared.client.clone(),
                 &s.namespace().unwrap_or_default(),
             );
-            snapshot::protect(&api, s, keys::FINALIZER_SNAPSHOT_SOURCE).await
+            snapshot::protect(&api, s, keys::FINALIZER_SNAPSHOT_SOURCE)
+                .await
+                .map(|()| Held::Yes)
         }
-        Source::Claim(c) if ClaimView(c).has_finalizer(keys::FINALIZER_CLONE_SOURCE) => Ok(()),
+        Source::Claim(c) if ClaimView(c).has_finalizer(keys::FINALIZER_CLONE_SOURCE) => {
+            Ok(Held::Yes)
+        }
         // An update of the claim as read (a conflict reads it again); a claim
         // being deleted takes no new finalizer.
         Source::Claim(c) => {
@@ -84,7 +119,13 @@ pub async fn protect(ctx: &Context, source: &Source) -> Result<(), ClaimError> {
                 |c| update::add_finalizer(c, keys::FINALIZER_CLONE_SOURCE),
             )
             .await
-            .map(|_| ())
+            .map(|edited| match edited {
+                Edited::Gone => Held::Gone {
+                    namespace: view.namespace().to_string(),
+                    name: view.name().to_string(),
+                },
+                Edited::Written(_) | Edited::Unchanged(_) => Held::Yes,
+            })
         }
     };
     result.map_err(ClaimError::ProtectSource)

@@ -138,15 +138,16 @@ fn confirmed(s: &State, r: usize, copy: Claim, src: bool) -> Task {
 
 /// `protect::protect`: nothing if the source as read carried our
 /// protection; else an edit of the source claim (a conflict reads it again):
-/// gone, it is `Edited::Gone`, which the create takes as done, as the product
-/// does; being deleted, it takes no new finalizer (an error: the attempt fails).
+/// gone (`Edited::Gone`), the attempt fails as for a source that cannot be
+/// read (finding F3: taken as done, the call named a volume being deleted);
+/// being deleted, it takes no new finalizer (an error: the attempt fails).
 fn protect(s: &mut State, src: bool) -> Task {
     if src {
         return Task::Gate;
     }
     let i = usize::from(s.source.expect("a clone has a source"));
     match s.claims[i] {
-        None => Task::Gate,
+        None => Task::Idle,
         Some(c) if c.protected => Task::Gate,
         Some(c) if c.deleting => Task::Idle,
         Some(c) => {

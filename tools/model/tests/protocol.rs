@@ -92,16 +92,16 @@ fn the_intent_released_before_the_pv_is_saved_is_caught() {
     assert!(!broken.contains(&LIVE), "{broken:?}");
 }
 
-/// FINDING F3 (docs/reliability.md, "Found by the model: a clone sent after
-/// its source vanished"), the checker's path replayed step by step, default
-/// mode, no fault: the clone's source is read bound and unprotected; the user
-/// deletes the source, which goes at once; the protection's edit finds it
-/// gone, `protect::protect` takes `Edited::Gone` as done, and `CreateVolume`
-/// goes out naming the source's volume, which the volume path deletes while
-/// that call is in flight. Fails until the product refuses a source that
-/// vanished before its protection; then drop the `ignore`.
+/// Finding F3 (docs/reliability.md, "Found by the model, and fixed: a clone
+/// sent after its source vanished"), the checker's path replayed step by
+/// step, default mode, no fault: the clone's source is read bound and
+/// unprotected; the user deletes the source, which goes at once; the
+/// protection's edit finds it gone. Before the fix `protect::protect` took
+/// `Edited::Gone` as done and `CreateVolume` went out naming the source's
+/// volume, which the volume path deleted while that call was in flight; now
+/// the attempt fails there, nothing is sent, and the source's volume is
+/// deleted with no clone of it under way.
 #[test]
-#[ignore = "FINDING F3: fails until protect::protect refuses a clone source that is gone"]
 fn finding_f3_a_clone_is_not_sent_once_its_source_is_gone() {
     use model::properties::NO_CLONE_SOURCE_DELETE;
     use model::state::DELETED_CLONE_SOURCE;
@@ -110,6 +110,11 @@ fn finding_f3_a_clone_is_not_sent_once_its_source_is_gone() {
 
     let protocol = Protocol::new(Config::clone("default mode", Mode::Default));
     let mut s = protocol.init_states().remove(0);
+    let enabled = |s: &model::state::State| {
+        let mut enabled = Vec::new();
+        protocol.actions(s, &mut enabled);
+        enabled
+    };
     let path = [
         Action::UserCreates(0),
         Action::HandOff(0),
@@ -121,25 +126,28 @@ fn finding_f3_a_clone_is_not_sent_once_its_source_is_gone() {
         Action::UserDeletes(1),
         Action::Release(1),
         Action::PvEvent(1),
-        // The protection's edit: the source is gone, taken as done.
+        // The protection's edit: the source is gone; the attempt fails.
         Action::Step(1, 0),
-        // CreateVolume from the source's volume.
-        Action::Step(1, 0),
+        // The volume path deletes the source's volume: the only call.
         Action::VolDecide(1, 1),
         Action::VolStep(1, 1),
         Action::VolStep(1, 1),
-        // DeleteVolume of the source, the clone's call still in flight.
-        Action::Run(1),
+        Action::Run(0),
     ];
-    for action in path {
-        let mut enabled = Vec::new();
-        protocol.actions(&s, &mut enabled);
+    for (i, action) in path.into_iter().enumerate() {
         assert!(
-            enabled.contains(&action),
+            enabled(&s).contains(&action),
             "{action} not enabled in {}",
             model::trace::summary(&s)
         );
         s = protocol.next_state(&s, action).expect("a step");
+        if i == 8 {
+            assert!(
+                !enabled(&s).contains(&Action::Step(1, 0)),
+                "the failed attempt goes no further: {}",
+                model::trace::summary(&s)
+            );
+        }
     }
     assert_eq!(
         s.broken & DELETED_CLONE_SOURCE,
@@ -150,9 +158,9 @@ fn finding_f3_a_clone_is_not_sent_once_its_source_is_gone() {
 }
 
 /// The clone configuration in every mode (a bound claim cloned, either
-/// deleted at any moment): breaks only F3's property, in each.
+/// deleted at any moment): every property holds (before the fix of F3, its
+/// property broke in each).
 #[test]
-#[ignore = "FINDING F3: fails until protect::protect refuses a clone source that is gone"]
 fn finding_f3_clones_hold_in_every_mode() {
     for &(name, mode) in model::MODES {
         holds(Config::clone(name, mode));

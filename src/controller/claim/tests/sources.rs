@@ -9,7 +9,8 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 
 use super::rig::{
-    GET_CLAIM, PUT_CLAIM, PUT_SNAPSHOT, RELEASE, Rig, UID, claim, claim_object, deleted, get_pv,
+    GET_CLAIM, PUT_CLAIM, PUT_SNAPSHOT, RELEASE, Rig, UID, answer, claim, claim_object, deleted,
+    get_pv,
 };
 use crate::controller::claim::ClaimError;
 use crate::controller::claim::decide::fixtures::{ClaimFixture, DRIVER};
@@ -593,4 +594,88 @@ async fn a_clone_source_waits_for_its_pending_clone_then_lets_go() {
             .contains(keys::FINALIZER_CLONE_SOURCE),
         "{body}"
     );
+}
+
+/// A clone whose source claim is gone by the time its protection is to go on
+/// (deleted after the source was read, and nothing held it) is not sent: the
+/// attempt fails as a source that cannot be read does, and no `CreateVolume`
+/// names the source's volume, which the source's own deletion may be
+/// deleting (the model's finding F3: the edit's `Gone` was taken as done).
+/// Each way the edit learns it is gone: the update answers 404; it conflicts
+/// and the read finds nothing; it conflicts and the name is another claim's.
+#[tokio::test]
+async fn a_clone_whose_source_went_before_its_protection_is_not_sent() {
+    let c = with_source(claim(), keys::CLAIM_KIND);
+    let caps = DriverCapabilities {
+        controller_service: true,
+        create_delete_volume: true,
+        clone_volume: true,
+        ..Default::default()
+    };
+    const GET_ORIGIN: &str = "GET persistentvolumeclaims/origin";
+    const PUT_ORIGIN: &str = "PUT persistentvolumeclaims/origin";
+    const GET_ORIGIN_PV: &str = "GET persistentvolumes/origin-pv";
+    let origin = |uid: &str| {
+        let mut o = named("origin", ClaimFixture::ours().bound().0);
+        o.metadata.uid = Some(uid.into());
+        o.metadata.resource_version = Some("5".into());
+        o.spec.as_mut().unwrap().volume_name = Some("origin-pv".into());
+        o.status.get_or_insert_default().phase = Some("Bound".into());
+        claim_object(&o)
+    };
+    let source_pv = Reply::Object(json!({"apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": "origin-pv", "uid": "origin-pv-uid", "resourceVersion": "3"},
+        "spec": {"csi": {"driver": DRIVER, "volumeHandle": "origin-volume"},
+                 "capacity": {"storage": "100Gi"},
+                 "claimRef": {"name": "origin", "namespace": "team-a", "uid": "origin-uid"}},
+        "status": {"phase": "Bound"}}));
+    let rows: Vec<(Vec<Step>, &str)> = vec![
+        (
+            vec![(PUT_ORIGIN, Reply::Status(404))],
+            "the update answers 404",
+        ),
+        (
+            vec![
+                (PUT_ORIGIN, Reply::Status(409)),
+                (GET_ORIGIN, Reply::Status(404)),
+            ],
+            "a conflict, then the read finds nothing",
+        ),
+        (
+            vec![
+                (PUT_ORIGIN, Reply::Status(409)),
+                (GET_ORIGIN, origin("another-uid")),
+            ],
+            "a conflict, then the name is another claim's",
+        ),
+    ];
+    for (edit, what) in rows {
+        let steps = [
+            vec![
+                (GET_ORIGIN, origin("origin-uid")),
+                (GET_ORIGIN_PV, source_pv.clone()),
+                (PUT_CLAIM, answer(&c, "8")),
+            ],
+            edit,
+        ]
+        .concat();
+        let rig = Rig::new(steps, caps.clone()).await;
+        let r = rig.provision(&c).await;
+        assert!(
+            matches!(&r, Err(ClaimError::DataSource { name, .. }) if name == "origin"),
+            "{what}: {r:?}"
+        );
+        rig.assert_script_done();
+        let (held, creates, _) = rig.backend().await;
+        assert_eq!((held, creates), (0, 0), "{what}: no CreateVolume");
+        assert_eq!(
+            rig.messages().last().map(String::as_str),
+            Some(
+                "error getting handle for DataSource Type PersistentVolumeClaim by Name origin: \
+                 error getting PVC origin (namespace \"team-a\") from api server: \
+                 persistentvolumeclaims \"origin\" not found"
+            ),
+            "{what}"
+        );
+    }
 }
