@@ -654,3 +654,59 @@ fn promql_names_are_read_as_prometheus_reads_them() {
     assert_eq!(n.by, ["class", "source"]);
     assert_eq!(n.other, ["q"]);
 }
+
+/// The memory alert warns at 80 % of the limit deploy/kubernetes/deployment.yaml gives the
+/// sidecar's container, and selects that container by its name: raising one without the other
+/// would silence the alert or make it fire on a healthy replica.
+#[test]
+fn the_memory_alert_is_set_at_80_percent_of_the_deployments_limit() {
+    const DEPLOYMENT: &str = "deploy/kubernetes/deployment.yaml";
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&read(DEPLOYMENT))
+        .unwrap_or_else(|e| panic!("{DEPLOYMENT}: {e}"));
+    let container = docs
+        .iter()
+        .filter(|d| d["kind"] == "Deployment")
+        .flat_map(|d| {
+            d["spec"]["template"]["spec"]["containers"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .find(|c| {
+            c["image"]
+                .as_str()
+                .is_some_and(|i| i.starts_with("csi-provisioner"))
+        })
+        .expect("the sidecar's container in the Deployment");
+    let name = container["name"].as_str().expect("a container name");
+    let limit = container["resources"]["limits"]["memory"]
+        .as_str()
+        .expect("a memory limit");
+    let mebibytes: u64 = limit
+        .strip_suffix("Mi")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{limit}: a limit in Mi"));
+    let rules = alert_rules();
+    let rule = rules
+        .iter()
+        .find(|r| r["alert"] == "CSIProvisionerMemoryNearLimit")
+        .expect("a memory alert");
+    let expr = rule["expr"].as_str().unwrap();
+    assert!(
+        selects(expr, "process_resident_memory_bytes"),
+        "{expr}: on the resident memory"
+    );
+    assert!(
+        expr.contains(&format!("container=\"{name}\"")),
+        "{expr}: selects the container {name}"
+    );
+    let threshold = expr
+        .rsplit_once("> 0.8 *")
+        .map(|(_, n)| n.trim())
+        .unwrap_or_else(|| panic!("{expr}: `> 0.8 * <limit in bytes>`"));
+    assert_eq!(
+        threshold,
+        (mebibytes * 1024 * 1024).to_string(),
+        "{expr}: 80 % of {limit}"
+    );
+}

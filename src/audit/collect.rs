@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{ListParams, ObjectList};
-use kube::{Api, Client};
+use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
 use super::args::AuditConfig;
@@ -120,6 +120,7 @@ impl Sources {
         let claims = list_all(
             &Api::<PersistentVolumeClaim>::all(self.client.clone()),
             "PersistentVolumeClaims",
+            |_| true,
         )
         .await?;
         Ok(Inventory {
@@ -132,15 +133,12 @@ impl Sources {
     }
 
     async fn driver_volumes(&self) -> Result<Vec<PersistentVolume>, AuditError> {
-        let all = list_all(
+        list_all(
             &Api::<PersistentVolume>::all(self.client.clone()),
             "PersistentVolumes",
+            |pv| migration::volume_of(pv).is_some_and(|(driver, _)| driver == self.driver),
         )
-        .await?;
-        Ok(all
-            .into_iter()
-            .filter(|pv| migration::volume_of(pv).is_some_and(|(driver, _)| driver == self.driver))
-            .collect())
+        .await
     }
 
     /// Every page of `ListVolumes`.
@@ -182,10 +180,18 @@ impl Sources {
     }
 }
 
-/// Every object of a kind, page by page.
-async fn list_all<K>(api: &Api<K>, what: &'static str) -> Result<Vec<K>, AuditError>
+/// Every object of a kind that passes `keep`, page by page, without its
+/// `managedFields`: no finding reads them, and they are most of an object's
+/// bytes. Each page is sorted out as it comes, so only what is kept is held
+/// (holding every object whole, the audit of 50,000 pairs peaked at 1.7 GiB;
+/// the scale profile, 2026-12-07).
+async fn list_all<K>(
+    api: &Api<K>,
+    what: &'static str,
+    keep: impl Fn(&K) -> bool,
+) -> Result<Vec<K>, AuditError>
 where
-    K: Clone + DeserializeOwned + std::fmt::Debug,
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
     let mut items = Vec::new();
     let mut params = ListParams::default().limit(PAGE);
@@ -194,7 +200,10 @@ where
             .list(&params)
             .await
             .map_err(|source| AuditError::List { what, source })?;
-        items.extend(page.items);
+        items.extend(page.items.into_iter().filter(&keep).map(|mut item| {
+            item.meta_mut().managed_fields = None;
+            item
+        }));
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(next) => params = params.continue_token(&next),
             None => return Ok(items),

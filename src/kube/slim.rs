@@ -35,6 +35,9 @@ pub struct Pv {
     pub status: Option<PvStatus>,
 }
 
+/// What a cached PV keeps of its spec. A cluster holds many PVs: the fields
+/// most PVs lack (the in-tree sources of migrated plugins, the node affinity)
+/// are boxed, so that a PV without them costs a pointer each, not their size.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PvSpec {
@@ -49,24 +52,24 @@ pub struct PvSpec {
     /// Where the volume is accessible: `--node-deployment` deletes only
     /// this node's PVs. Absent for drivers without topology.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_affinity: Option<k8s_openapi::api::core::v1::VolumeNodeAffinity>,
+    pub node_affinity: Option<Box<k8s_openapi::api::core::v1::VolumeNodeAffinity>>,
     /// In-tree sources of migrated plugins whose PVs we delete.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub aws_elastic_block_store: Option<PvAwsEbs>,
+    pub aws_elastic_block_store: Option<Box<PvAwsEbs>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gce_persistent_disk: Option<PvGcePd>,
+    pub gce_persistent_disk: Option<Box<PvGcePd>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cinder: Option<PvVolumeId>,
+    pub cinder: Option<Box<PvVolumeId>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub portworx_volume: Option<PvVolumeId>,
+    pub portworx_volume: Option<Box<PvVolumeId>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub azure_disk: Option<PvAzureDisk>,
+    pub azure_disk: Option<Box<PvAzureDisk>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub azure_file: Option<PvAzureFile>,
+    pub azure_file: Option<Box<PvAzureFile>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub vsphere_volume: Option<PvVsphere>,
+    pub vsphere_volume: Option<Box<PvVsphere>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rbd: Option<PvRbd>,
+    pub rbd: Option<Box<PvRbd>>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]

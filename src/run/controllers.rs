@@ -350,7 +350,7 @@ fn class_watch(
     writer: reflector::store::Writer<StorageClass>,
     listed: Listed,
 ) -> impl Future<Output = ()> + Send + use<> {
-    cached_stream::<StorageClass, _>(
+    cached_stream::<StorageClass, _, _>(
         client,
         writer,
         listed,
@@ -377,7 +377,7 @@ fn attachment_cache(
     let (store, writer) = reflector::store();
     let listed = Listed::default();
     let stop = stop.clone();
-    let watch = cached_stream::<VolumeAttachment, _>(
+    let watch = cached_stream::<VolumeAttachment, _, _>(
         client,
         writer,
         listed.clone(),
@@ -516,7 +516,7 @@ fn claim_watch(
 ) -> Watched<impl Stream<Item = Result<Claim, watcher::Error>> + Send + use<>, Claim> {
     let memory = ctx.memory.clone();
     let store = writer.as_reader();
-    let stream = cached_stream::<Claim, _>(
+    let stream = cached_stream::<Claim, _, _>(
         client,
         writer,
         ctx.caches.claims_listed.clone(),
@@ -538,13 +538,18 @@ fn volume_watch(
 ) -> Watched<impl Stream<Item = Result<Pv, watcher::Error>> + Send + use<>, Pv> {
     let store = writer.as_reader();
     let forget = ctx.clone();
-    let stream = cached_stream::<Pv, _>(
+    // Only our driver's PVs are kept: no decision reads another's (the volume
+    // path leaves them alone, and a claim's PV missing from the cache is read
+    // from the API server), and a cluster of several drivers would otherwise
+    // hold all of theirs in ours, before and again during a relist.
+    let driver = ctx.shared.driver.name.clone();
+    let stream = cached_stream::<Pv, _, _>(
         client,
         writer,
         listed,
         Progress::default(),
         Pv::trim,
-        |_| true,
+        move |pv: &Pv| volume::decide::is_ours(pv, &driver),
         move |event| volume::forget_deleted(&forget.memory, event),
     );
     Watched { stream, store }

@@ -134,7 +134,7 @@ pub fn decide(f: &Facts) -> (Decision, Attempt) {
 }
 
 fn node_affinity(pv: &Pv) -> Option<&k8s_openapi::api::core::v1::VolumeNodeAffinity> {
-    pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref())
+    pv.spec.as_ref().and_then(|s| s.node_affinity.as_deref())
 }
 
 /// Whether `fresh`, the PV as the API server has it, is still the PV decided
@@ -368,7 +368,7 @@ mod tests {
             NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, VolumeNodeAffinity,
         };
         let mut pv = pv;
-        pv.0.spec.as_mut().unwrap().node_affinity = Some(VolumeNodeAffinity {
+        pv.0.spec.as_mut().unwrap().node_affinity = Some(Box::new(VolumeNodeAffinity {
             required: Some(NodeSelector {
                 node_selector_terms: vec![NodeSelectorTerm {
                     match_expressions: Some(vec![NodeSelectorRequirement {
@@ -379,7 +379,7 @@ mod tests {
                     ..Default::default()
                 }],
             }),
-        });
+        }));
         pv
     }
 

@@ -87,7 +87,7 @@ async fn another_nodes_pv_is_left_to_that_node() {
     });
     let h = rig.volume().await;
     let mut pv = released(&h);
-    pv.0.spec.as_mut().unwrap().node_affinity = Some(in_zone("b"));
+    pv.0.spec.as_mut().unwrap().node_affinity = Some(Box::new(in_zone("b")));
     assert_eq!(rig.reconcile(&pv).await.unwrap(), Next::Done);
     assert_eq!(rig.seen(), Vec::<String>::new());
     assert_eq!(rig.backend().await, (1, 1, 0));
