@@ -300,6 +300,28 @@ impl Pv {
     }
 }
 
+impl Pv {
+    /// Keeps only the PV's identity and whom it is bound to: what the claim
+    /// path reads of a PV that is not our driver's (a PV under a claim's
+    /// deterministic name bound to another claim stops that claim before
+    /// `CreateVolume`). Without its driver, annotations or source, no
+    /// decision takes it for ours.
+    pub fn keep_claim_ref_only(&mut self) {
+        let meta = std::mem::take(&mut self.metadata);
+        self.metadata = ObjectMeta {
+            name: meta.name,
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+            ..Default::default()
+        };
+        self.spec = self.spec.take().map(|s| PvSpec {
+            claim_ref: s.claim_ref,
+            ..Default::default()
+        });
+        self.status = None;
+    }
+}
+
 resource_as!(Pv, PersistentVolume, ClusterResourceScope, metadata);
 
 #[cfg(test)]

@@ -538,18 +538,23 @@ fn volume_watch(
 ) -> Watched<impl Stream<Item = Result<Pv, watcher::Error>> + Send + use<>, Pv> {
     let store = writer.as_reader();
     let forget = ctx.clone();
-    // Only our driver's PVs are kept: no decision reads another's (the volume
-    // path leaves them alone, and a claim's PV missing from the cache is read
-    // from the API server), and a cluster of several drivers would otherwise
-    // hold all of theirs in ours, before and again during a relist.
+    // Of another driver's PV only its name and claim reference are kept: the
+    // claim path must see a PV under a claim's name bound to another claim, and
+    // nothing else of it is read (the volume path leaves it alone).
     let driver = ctx.shared.driver.name.clone();
-    let stream = cached_stream::<Pv, _, _>(
-        client,
+    let trim = move |pv: &mut Pv| {
+        pv.trim();
+        if !volume::decide::is_ours(pv, &driver) {
+            pv.keep_claim_ref_only();
+        }
+    };
+    let stream = source_stream(
+        Api::<Pv>::all(client.clone()),
         writer,
         listed,
         Progress::default(),
-        Pv::trim,
-        move |pv: &Pv| volume::decide::is_ours(pv, &driver),
+        trim,
+        |_| true,
         move |event| volume::forget_deleted(&forget.memory, event),
     );
     Watched { stream, store }
