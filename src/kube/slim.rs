@@ -298,9 +298,7 @@ impl Pv {
             ann.retain(|k, _| READ_ANNOTATIONS.contains(&k.as_str()));
         }
     }
-}
 
-impl Pv {
     /// Keeps only the PV's identity and whom it is bound to: what the claim
     /// path reads of a PV that is not our driver's (a PV under a claim's
     /// deterministic name bound to another claim stops that claim before

@@ -144,18 +144,17 @@ where
 /// A cache kept by a watch: every object that passes `keep` (trimmed by
 /// `trim`) in `writer`'s store, an object that stops passing removed, and the
 /// events the store took, for the controller, after it took them.
-pub fn cache<S, T, P>(
+pub fn cache<S, T>(
     source: S,
     mut writer: Writer<S::Object>,
     trim: T,
-    keep: P,
+    keep: fn(&S::Object) -> bool,
     progress: Progress,
 ) -> impl Stream<Item = Result<watcher::Event<S::Object>, watcher::Error>> + Send + 'static
 where
     S: Source,
     S::Object: Resource<DynamicType = ()> + Sync,
     T: Fn(&mut S::Object) + Send + 'static,
-    P: Fn(&S::Object) -> bool + Send + 'static,
 {
     let kind = S::Object::plural(&()).into_owned();
     stream(source, kind)
@@ -168,7 +167,7 @@ where
                     None
                 }
                 Ok(Seen::Event(event, version)) => {
-                    let event = kept(event.modify(&trim), &keep);
+                    let event = kept(event.modify(&trim), keep);
                     if let Some(event) = &event {
                         writer.apply_watcher_event(event);
                     }
@@ -186,7 +185,7 @@ where
 /// A watch event as the cache takes it when only objects that pass `keep` are
 /// cached: a listed object that does not is not listed, and a change that
 /// makes one not pass is a deletion, so no copy of it stays behind.
-pub fn kept<K>(event: watcher::Event<K>, keep: impl Fn(&K) -> bool) -> Option<watcher::Event<K>> {
+pub fn kept<K>(event: watcher::Event<K>, keep: fn(&K) -> bool) -> Option<watcher::Event<K>> {
     match event {
         watcher::Event::InitApply(obj) if !keep(&obj) => None,
         watcher::Event::Apply(obj) if !keep(&obj) => Some(watcher::Event::Delete(obj)),

@@ -350,7 +350,7 @@ fn class_watch(
     writer: reflector::store::Writer<StorageClass>,
     listed: Listed,
 ) -> impl Future<Output = ()> + Send + use<> {
-    cached_stream::<StorageClass, _, _>(
+    cached_stream::<StorageClass, _>(
         client,
         writer,
         listed,
@@ -377,7 +377,7 @@ fn attachment_cache(
     let (store, writer) = reflector::store();
     let listed = Listed::default();
     let stop = stop.clone();
-    let watch = cached_stream::<VolumeAttachment, _, _>(
+    let watch = cached_stream::<VolumeAttachment, _>(
         client,
         writer,
         listed.clone(),
@@ -516,7 +516,7 @@ fn claim_watch(
 ) -> Watched<impl Stream<Item = Result<Claim, watcher::Error>> + Send + use<>, Claim> {
     let memory = ctx.memory.clone();
     let store = writer.as_reader();
-    let stream = cached_stream::<Claim, _, _>(
+    let stream = cached_stream::<Claim, _>(
         client,
         writer,
         ctx.caches.claims_listed.clone(),

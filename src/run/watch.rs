@@ -42,18 +42,17 @@ impl<K> Cached for K where
 /// progress published to `progress`. `managedFields` are often most of an
 /// object's bytes and never read: the slim cache types skip them while
 /// parsing, other types drop them in `trim` ([`drop_managed_fields`]).
-pub(super) fn cached_stream<K, P, O>(
+pub(super) fn cached_stream<K, O>(
     client: &Client,
     writer: reflector::store::Writer<K>,
     listed: Listed,
     progress: Progress,
     trim: fn(&mut K),
-    keep: P,
+    keep: fn(&K) -> bool,
     observe: O,
-) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + use<K, P, O>
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + use<K, O>
 where
     K: Cached,
-    P: Fn(&K) -> bool + Send + 'static,
     O: FnMut(&watcher::Event<K>) + Send + 'static,
 {
     let source = Api::<K>::all(client.clone());
@@ -62,20 +61,19 @@ where
 
 /// [`cached_stream`] from any source, e.g. the metadata alone of a kind
 /// ([`watch::Metadata`]), trimmed by any function.
-pub(super) fn source_stream<S, T, P, O>(
+pub(super) fn source_stream<S, T, O>(
     source: S,
     writer: reflector::store::Writer<S::Object>,
     listed: Listed,
     progress: Progress,
     trim: T,
-    keep: P,
+    keep: fn(&S::Object) -> bool,
     mut observe: O,
-) -> impl futures::Stream<Item = Result<S::Object, watcher::Error>> + Send + use<S, T, P, O>
+) -> impl futures::Stream<Item = Result<S::Object, watcher::Error>> + Send + use<S, T, O>
 where
     S: watch::Source,
     S::Object: Cached,
     T: Fn(&mut S::Object) + Send + 'static,
-    P: Fn(&S::Object) -> bool + Send + 'static,
     O: FnMut(&watcher::Event<S::Object>) + Send + 'static,
 {
     let reader = writer.as_reader();

@@ -39,6 +39,21 @@ fn with_source(mut claim: PersistentVolumeClaim, kind: &str) -> PersistentVolume
     claim
 }
 
+/// The source claim `origin` of a clone, its PV and the requests on them.
+const GET_ORIGIN: &str = "GET persistentvolumeclaims/origin";
+const PUT_ORIGIN: &str = "PUT persistentvolumeclaims/origin";
+const GET_ORIGIN_PV: &str = "GET persistentvolumes/origin-pv";
+
+/// A driver that can clone.
+fn cloning() -> DriverCapabilities {
+    DriverCapabilities {
+        controller_service: true,
+        create_delete_volume: true,
+        clone_volume: true,
+        ..Default::default()
+    }
+}
+
 /// `value` with a deletion timestamp, and `finalizers`.
 fn going(mut value: Value, deleting: bool, finalizers: &[&str]) -> Value {
     if deleting {
@@ -132,15 +147,7 @@ async fn a_deleted_restore_claim_asks_for_its_volume_only_with_the_snapshots_han
 #[tokio::test]
 async fn a_deleted_clone_claims_cleanup_holds_its_source_before_naming_it() {
     let d = with_source(deleted(), keys::CLAIM_KIND);
-    let caps = DriverCapabilities {
-        controller_service: true,
-        create_delete_volume: true,
-        clone_volume: true,
-        ..Default::default()
-    };
-    const GET_ORIGIN: &str = "GET persistentvolumeclaims/origin";
-    const PUT_ORIGIN: &str = "PUT persistentvolumeclaims/origin";
-    const GET_ORIGIN_PV: &str = "GET persistentvolumes/origin-pv";
+    let caps = cloning();
     let origin = |deleting: bool, finalizers: &[&str]| {
         Reply::Object(going(
             json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
@@ -606,15 +613,7 @@ async fn a_clone_source_waits_for_its_pending_clone_then_lets_go() {
 #[tokio::test]
 async fn a_clone_whose_source_went_before_its_protection_is_not_sent() {
     let c = with_source(claim(), keys::CLAIM_KIND);
-    let caps = DriverCapabilities {
-        controller_service: true,
-        create_delete_volume: true,
-        clone_volume: true,
-        ..Default::default()
-    };
-    const GET_ORIGIN: &str = "GET persistentvolumeclaims/origin";
-    const PUT_ORIGIN: &str = "PUT persistentvolumeclaims/origin";
-    const GET_ORIGIN_PV: &str = "GET persistentvolumes/origin-pv";
+    let caps = cloning();
     let origin = |uid: &str| {
         let mut o = named("origin", ClaimFixture::ours().bound().0);
         o.metadata.uid = Some(uid.into());
