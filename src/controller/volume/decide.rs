@@ -32,12 +32,11 @@ pub enum Work {
 /// Whether the PV is our driver's: provisioned by it (or by the in-tree
 /// plugin migrated to it), or a static PV naming it.
 pub fn is_ours(pv: &Pv, driver: &str) -> bool {
-    let ann = pv.annotations();
-    match ann.get(keys::ANN_PROVISIONED_BY) {
+    match pv.annotation(keys::ANN_PROVISIONED_BY) {
         Some(by) => {
             by == driver
-                || ann.get(keys::ANN_MIGRATED_TO).map(String::as_str) == Some(driver)
-                || migration::in_tree_plugin(driver) == Some(by.as_str())
+                || pv.annotation(keys::ANN_MIGRATED_TO) == Some(driver)
+                || migration::in_tree_plugin(driver) == Some(by)
         }
         None => pv
             .spec
@@ -350,6 +349,10 @@ mod tests {
         ];
         for (pv, want, what) in cases {
             assert_eq!(work_for(&pv.0, DRIVER), want, "{what}");
+            // The same decision on the PV as the cache keeps it.
+            let mut cached = pv.0.clone();
+            cached.trim();
+            assert_eq!(work_for(&cached, DRIVER), want, "{what} (cached)");
         }
     }
 

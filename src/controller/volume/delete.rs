@@ -165,15 +165,14 @@ fn preconditions(pv: &Pv, exact: bool) -> DeleteParams {
 /// The provisioner secret recorded on the PV at provisioning time (read by
 /// the backend, which deletes without it if it cannot be read, as upstream).
 fn deletion_secret(ctx: &Context, pv: &Pv) -> Option<SecretRef> {
-    let ann = pv.annotations();
     match (
-        ann.get(keys::ANN_DELETION_SECRET_NAME),
-        ann.get(keys::ANN_DELETION_SECRET_NAMESPACE),
+        pv.annotation(keys::ANN_DELETION_SECRET_NAME),
+        pv.annotation(keys::ANN_DELETION_SECRET_NAMESPACE),
     ) {
         (Some(name), Some(namespace)) if !name.is_empty() && !namespace.is_empty() => {
             Some(SecretRef {
-                name: name.clone(),
-                namespace: namespace.clone(),
+                name: name.to_string(),
+                namespace: namespace.to_string(),
             })
         }
         (Some(_), Some(_)) => None,

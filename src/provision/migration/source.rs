@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 
-use crate::kube::slim::Pv;
+use crate::kube::slim::{Kept, Pv};
 
 /// What a PV says about its volume, borrowed.
 #[derive(Clone, Debug, PartialEq)]
@@ -14,6 +14,8 @@ pub struct PvSource<'a> {
     pub name: &'a str,
     pub source: Option<Source<'a>>,
     pub annotations: Option<&'a BTreeMap<String, String>>,
+    /// The annotations a cached (trimmed) PV keeps out of its map.
+    pub kept: &'a [(&'static str, String)],
     pub labels: Option<&'a BTreeMap<String, String>>,
     /// The namespace of its claimRef.
     pub claim_namespace: Option<&'a str>,
@@ -58,7 +60,7 @@ pub enum Source<'a> {
 
 impl<'a> PvSource<'a> {
     pub fn annotation(&self, key: &str) -> Option<&'a str> {
-        self.annotations?.get(key).map(String::as_str)
+        Kept::find(self.kept, key).or_else(|| self.annotations?.get(key).map(String::as_str))
     }
 
     pub fn label(&self, key: &str) -> Option<&'a str> {
@@ -88,7 +90,7 @@ pub fn volume_handle<'a>(pv: impl Into<PvSource<'a>>) -> Option<Result<String, S
 /// source per PV (the API allows no more); they are tried in the order the
 /// volume path read them before this module read them for it.
 macro_rules! from_pv {
-    ($pv:ty) => {
+    ($pv:ty, $kept:expr) => {
         impl<'a> From<&'a $pv> for PvSource<'a> {
             fn from(pv: &'a $pv) -> Self {
                 let spec = pv.spec.as_ref();
@@ -146,6 +148,7 @@ macro_rules! from_pv {
                     name: pv.metadata.name.as_deref().unwrap_or_default(),
                     source,
                     annotations: pv.metadata.annotations.as_ref(),
+                    kept: $kept(pv),
                     labels: pv.metadata.labels.as_ref(),
                     claim_namespace: spec
                         .and_then(|s| s.claim_ref.as_ref())
@@ -156,5 +159,5 @@ macro_rules! from_pv {
     };
 }
 
-from_pv!(Pv);
-from_pv!(PersistentVolume);
+from_pv!(Pv, |pv: &'a Pv| pv.kept.entries());
+from_pv!(PersistentVolume, |_| &[]);

@@ -91,6 +91,7 @@ fn handle_of(source: Source, zone: Option<&str>) -> Option<Result<String, String
         name: "pv",
         source: Some(source),
         annotations: None,
+        kept: &[],
         labels: labels.as_ref(),
         claim_namespace: None,
     })
@@ -158,6 +159,7 @@ fn a_pv_without_a_source_names_no_volume() {
             name: "pv",
             source: None,
             annotations: None,
+            kept: &[],
             labels: None,
             claim_namespace: None,
         })
