@@ -6,13 +6,18 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta};
 use kube::api::{ListParams, ObjectList};
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 
 use super::args::AuditConfig;
 use crate::csi::{ConnectError, CsiClient, DriverCapabilities, pb, with_sources};
+use crate::keys;
+use crate::kube::slim::Pv;
 use crate::metrics::Metrics;
 use crate::provision::migration;
 
@@ -69,10 +74,12 @@ pub struct Inventory {
     pub backend: Backend,
     /// The driver's PersistentVolumes, listed before `ListVolumes`: its CSI ones, and the in-tree
     /// ones of the plugin migrated to it (`migration::volume_of`).
-    pub volumes_before: Vec<PersistentVolume>,
+    /// Parsed slim and trimmed, as the sidecar's cache holds them.
+    pub volumes_before: Vec<Pv>,
     /// The same, listed after `ListVolumes`.
-    pub volumes_after: Vec<PersistentVolume>,
-    /// Every claim in the cluster, listed last.
+    pub volumes_after: Vec<Pv>,
+    /// Every claim in the cluster, listed last, each cut to what the
+    /// findings read ([`for_findings`]).
     pub claims: Vec<PersistentVolumeClaim>,
 }
 
@@ -120,8 +127,9 @@ impl Sources {
         let claims = list_all(
             &Api::<PersistentVolumeClaim>::all(self.client.clone()),
             "PersistentVolumeClaims",
-            // Their managedFields date a held intent (findings: `sinceFrom`).
-            Some,
+            // Their managedFields date a held intent (findings: `sinceFrom`):
+            // the entries that wrote it are kept, with their times.
+            |claim| Some(for_findings(claim)),
         )
         .await?;
         Ok(Inventory {
@@ -133,15 +141,16 @@ impl Sources {
         })
     }
 
-    async fn driver_volumes(&self) -> Result<Vec<PersistentVolume>, AuditError> {
+    async fn driver_volumes(&self) -> Result<Vec<Pv>, AuditError> {
         list_all(
-            &Api::<PersistentVolume>::all(self.client.clone()),
+            &Api::<Pv>::all(self.client.clone()),
             "PersistentVolumes",
             |mut pv| {
                 let ours = migration::volume_of(&pv).is_some_and(|(d, _)| d == self.driver);
-                // No finding reads a PV's managedFields, most of its bytes.
-                pv.metadata.managed_fields = None;
-                ours.then_some(pv)
+                ours.then(|| {
+                    pv.trim();
+                    pv
+                })
             },
         )
         .await
@@ -183,6 +192,70 @@ impl Sources {
             }
             token = page.next_token;
         }
+    }
+}
+
+/// The intent finalizer as a member of a managedFields field set.
+pub(super) fn intent_member() -> String {
+    format!("v:{}", serde_json::Value::from(keys::FINALIZER_PVC_INTENT))
+}
+
+/// Whether a managedFields entry's field set holds `member` among the finalizers.
+pub(super) fn wrote(entry: &ManagedFieldsEntry, member: &str) -> bool {
+    let fields = entry.fields_v1.as_ref();
+    fields
+        .and_then(|f| f.0.get("f:metadata")?.get("f:finalizers")?.get(member))
+        .is_some()
+}
+
+/// A claim cut down to what the findings read of it: its identity, creation
+/// and deletion, finalizers, the annotations naming its provisioner, its
+/// volume name and phase, and of its managedFields only the entries that
+/// wrote the intent, each with its time and that one member. The audit holds
+/// every claim of the cluster at once (whole, 20,000 claims took 423 MiB).
+pub fn for_findings(claim: PersistentVolumeClaim) -> PersistentVolumeClaim {
+    let member = intent_member();
+    let meta = claim.metadata;
+    let intent_entries: Vec<ManagedFieldsEntry> = (meta.managed_fields.into_iter().flatten())
+        .filter(|entry| wrote(entry, &member))
+        .map(|entry| ManagedFieldsEntry {
+            time: entry.time,
+            fields_v1: Some(FieldsV1(serde_json::json!(
+                {"f:metadata": {"f:finalizers": {member.as_str(): {}}}}
+            ))),
+            ..Default::default()
+        })
+        .collect();
+    // What `ClaimView::asks` reads.
+    let asks = [
+        keys::ANN_STORAGE_PROVISIONER,
+        keys::ANN_BETA_STORAGE_PROVISIONER,
+        keys::ANN_MIGRATED_TO,
+    ];
+    let annotations = meta.annotations.map(|mut a| {
+        a.retain(|k, _| asks.contains(&k.as_str()));
+        a
+    });
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: meta.name,
+            namespace: meta.namespace,
+            uid: meta.uid,
+            creation_timestamp: meta.creation_timestamp,
+            deletion_timestamp: meta.deletion_timestamp,
+            finalizers: meta.finalizers,
+            annotations,
+            managed_fields: (!intent_entries.is_empty()).then_some(intent_entries),
+            ..Default::default()
+        },
+        spec: claim.spec.map(|s| PersistentVolumeClaimSpec {
+            volume_name: s.volume_name,
+            ..Default::default()
+        }),
+        status: claim.status.map(|s| PersistentVolumeClaimStatus {
+            phase: s.phase,
+            ..Default::default()
+        }),
     }
 }
 

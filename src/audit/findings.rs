@@ -10,13 +10,13 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
-use super::collect::{Backend, Inventory};
+use super::collect::{Backend, Inventory, intent_member, wrote};
 use crate::csi::pb;
-use crate::keys;
+use crate::kube::slim::Pv;
 use crate::names::{PvPhase, ReclaimPolicy};
 use crate::provision::{ClaimView, UidInName, migration, uid_in_name};
 
@@ -205,7 +205,7 @@ pub fn audit(inventory: &Inventory, rules: &Rules, now: Timestamp) -> Report {
 /// migrated in-tree source's as the volume path reads it for `DeleteVolume`.
 /// `None` for one whose in-tree source does not translate (it points to no
 /// volume the driver could list).
-fn handle_of(pv: &PersistentVolume) -> Option<String> {
+fn handle_of(pv: &Pv) -> Option<String> {
     migration::volume_handle(pv).and_then(Result::ok)
 }
 
@@ -402,7 +402,7 @@ fn claim_seen(
 
 /// Being deleted, or released with reclaim policy Delete: the volume path
 /// deletes the volume before the PersistentVolume goes.
-fn is_being_deleted(pv: &PersistentVolume) -> bool {
+fn is_being_deleted(pv: &Pv) -> bool {
     let released_for_deletion = pv
         .status
         .as_ref()
@@ -422,19 +422,13 @@ fn is_being_deleted(pv: &PersistentVolume) -> bool {
 /// managedFields entry whose field set holds the intent finalizer, else the
 /// claim's creation.
 pub fn intent_since(claim: &PersistentVolumeClaim) -> Option<(Timestamp, IntentSince)> {
-    let member = format!("v:{}", serde_json::Value::from(keys::FINALIZER_PVC_INTENT));
+    let member = intent_member();
     let owner_wrote = claim
         .metadata
         .managed_fields
         .iter()
         .flatten()
-        .filter(|entry| {
-            entry
-                .fields_v1
-                .as_ref()
-                .and_then(|f| f.0.get("f:metadata")?.get("f:finalizers")?.get(&member))
-                .is_some()
-        })
+        .filter(|entry| wrote(entry, &member))
         .filter_map(|entry| entry.time.as_ref().map(|t| t.0))
         .max();
     owner_wrote
@@ -484,6 +478,9 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::audit::collect::for_findings;
+    use crate::keys;
+    use k8s_openapi::api::core::v1::PersistentVolumeClaimStatus;
 
     const DRIVER: &str = "audit.csi.example.com";
     const UID_A: &str = "0a1b2c3d-4e5f-6789-abcd-ef0123456789";
@@ -505,7 +502,7 @@ mod tests {
         }
     }
 
-    fn pv(name: &str, uid: &str, handle: &str, phase: &str) -> PersistentVolume {
+    fn pv(name: &str, uid: &str, handle: &str, phase: &str) -> Pv {
         serde_json::from_value(json!({
             "metadata": {"name": name, "uid": uid},
             "spec": {"csi": {"driver": DRIVER, "volumeHandle": handle},
@@ -541,8 +538,8 @@ mod tests {
 
     fn inventory(
         volumes: &[&str],
-        before: Vec<PersistentVolume>,
-        after: Vec<PersistentVolume>,
+        before: Vec<Pv>,
+        after: Vec<Pv>,
         claims: Vec<PersistentVolumeClaim>,
     ) -> Inventory {
         Inventory {
@@ -553,10 +550,16 @@ mod tests {
                     .map(|id| (id.to_string(), volume(id)))
                     .collect::<BTreeMap<_, _>>(),
             ),
-            volumes_before: before,
-            volumes_after: after,
-            claims,
+            // As the audit collects them: PVs trimmed, claims cut.
+            volumes_before: before.into_iter().map(trimmed).collect(),
+            volumes_after: after.into_iter().map(trimmed).collect(),
+            claims: claims.into_iter().map(for_findings).collect(),
         }
+    }
+
+    fn trimmed(mut pv: Pv) -> Pv {
+        pv.trim();
+        pv
     }
 
     fn at(text: &str) -> Timestamp {
@@ -754,7 +757,7 @@ mod tests {
 
     /// A PV of the in-tree EBS plugin, as the sidecar saves one for a claim of
     /// an in-tree class migrated to `ebs.csi.aws.com`.
-    fn in_tree_pv(name: &str, uid: &str, volume_id: &str, phase: &str) -> PersistentVolume {
+    fn in_tree_pv(name: &str, uid: &str, volume_id: &str, phase: &str) -> Pv {
         serde_json::from_value(json!({
             "metadata": {"name": name, "uid": uid, "annotations": {
                 keys::ANN_PROVISIONED_BY: "kubernetes.io/aws-ebs",
@@ -813,6 +816,56 @@ mod tests {
             ]);
         }
         claim(name, uid, extra)
+    }
+
+    #[test]
+    fn a_claim_cut_for_the_findings_keeps_the_intents_write_and_nothing_unread() {
+        let mut whole = intent_claim("c", UID_A, Some("2026-01-01T00:40:00Z"), DRIVER);
+        whole.metadata.labels = Some([("app".to_string(), "db".to_string())].into());
+        let spec = whole.spec.get_or_insert_default();
+        spec.storage_class_name = Some("fast".into());
+        spec.volume_name = Some("pvc-1".into());
+        let ann = whole.metadata.annotations.get_or_insert_default();
+        ann.insert("example.com/note".into(), "x".repeat(4096));
+        let cut = for_findings(whole.clone());
+        assert_eq!(intent_since(&cut), intent_since(&whole));
+        assert_eq!(
+            intent_since(&cut).map(|(_, from)| from),
+            Some(IntentSince::ManagedFields)
+        );
+        let (c, w) = (ClaimView(&cut), ClaimView(&whole));
+        assert_eq!(
+            (
+                c.key(),
+                c.uid(),
+                c.volume_name(),
+                c.holds_intent(),
+                c.asks(DRIVER)
+            ),
+            (
+                w.key(),
+                w.uid(),
+                w.volume_name(),
+                w.holds_intent(),
+                w.asks(DRIVER)
+            )
+        );
+        assert_eq!(
+            cut.status,
+            whole.status.map(|s| PersistentVolumeClaimStatus {
+                phase: s.phase,
+                ..Default::default()
+            })
+        );
+        let entries = cut.metadata.managed_fields.as_deref().unwrap_or_default();
+        assert_eq!(entries.len(), 1, "only the intent's writer: {entries:?}");
+        assert!(cut.metadata.labels.is_none());
+        assert_eq!(
+            cut.metadata.annotations.unwrap().len(),
+            1,
+            "its provisioner"
+        );
+        assert_eq!(cut.spec.unwrap().storage_class_name, None);
     }
 
     #[test]
