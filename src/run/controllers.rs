@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::OptionFuture;
-use futures::{FutureExt, Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -557,6 +557,9 @@ fn volume_watch(
         |_| true,
         move |event| volume::forget_deleted(&forget.memory, event),
     );
+    // Only PVs with something to do are queued (`volume::queues`).
+    let queues = ctx.clone();
+    let stream = stream.try_filter(move |pv| std::future::ready(volume::queues(&queues, pv)));
     Watched { stream, store }
 }
 

@@ -6,9 +6,10 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::rig::{DELETE_PV, Next, PATCH_PV, Rig, let_go, object, released, terminating};
+use crate::controller::memory::Attempt;
 use crate::controller::node::{NodeMode, Placement};
-use crate::controller::volume::VolumeError;
 use crate::controller::volume::decide::fixtures::PvFixture;
+use crate::controller::volume::{VolumeError, queues};
 use crate::kube::LeaderGate;
 
 #[tokio::test]
@@ -98,4 +99,70 @@ fn in_zone(zone: &str) -> k8s_openapi::api::core::v1::VolumeNodeAffinity {
         {"matchExpressions": [{"key": "zone", "operator": "In", "values": [zone]}]}
     ]}}))
     .unwrap()
+}
+
+/// A PV is queued only if its reconcile could do something: each PV left out
+/// would be reconciled without a request and without a memory; a PV the memory
+/// holds is queued whatever its work.
+#[tokio::test]
+async fn only_pvs_with_something_to_do_are_queued() {
+    let cases = [
+        (
+            PvFixture::ours().phase("Bound").held(),
+            false,
+            "bound and held",
+        ),
+        (
+            PvFixture::ours().phase("Available").held(),
+            false,
+            "available",
+        ),
+        (
+            PvFixture::static_of("other").phase("Released"),
+            false,
+            "another driver's",
+        ),
+        (
+            PvFixture::ours().phase("Released").policy("Retain"),
+            false,
+            "retained, let go",
+        ),
+        (
+            PvFixture::ours().phase("Released").deleting(),
+            false,
+            "deleted without our finalizer",
+        ),
+        (
+            PvFixture::ours().phase("Released").held(),
+            true,
+            "released: delete",
+        ),
+        (
+            PvFixture::ours().phase("Bound"),
+            true,
+            "bound, not held yet",
+        ),
+        (
+            PvFixture::ours().phase("Released").held().policy("Retain"),
+            true,
+            "retained, still held",
+        ),
+    ];
+    for (pv, queued, what) in cases {
+        let rig = Rig::new(vec![]).await;
+        assert_eq!(queues(rig.ctx(), &pv.0), queued, "{what}");
+        let mut cached = pv.0.clone();
+        cached.trim();
+        assert_eq!(queues(rig.ctx(), &cached), queued, "{what} (cached)");
+        if !queued {
+            let r = rig.reconcile(&pv).await;
+            assert!(matches!(r, Ok(Next::Done)), "{what}: {r:?}");
+            assert_eq!(rig.seen(), Vec::<String>::new(), "{what}");
+            assert!(rig.ctx().memory.is_empty(), "{what}");
+        }
+    }
+    let rig = Rig::new(vec![]).await;
+    let pv = PvFixture::ours().phase("Bound").held();
+    rig.ctx().memory.note("pv-uid", Attempt::of(1u8));
+    assert!(queues(rig.ctx(), &pv.0), "remembered");
 }

@@ -100,6 +100,11 @@ impl Rig {
         }
     }
 
+    /// The volume path's context the reconciles get.
+    pub(super) fn ctx(&self) -> &Context {
+        &self.ctx
+    }
+
     /// The shared part, changed before any reconcile holds it.
     pub(super) fn shared_mut(&mut self) -> &mut Shared {
         let ctx = Arc::get_mut(&mut self.ctx).expect("the context is not shared yet");
