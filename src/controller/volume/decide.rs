@@ -147,11 +147,107 @@ pub fn still_to_delete(fresh: &Pv, cached: &Pv, driver: &str) -> bool {
 pub(crate) mod fixtures {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+    use super::Work;
+
     use crate::keys;
     use crate::kube::slim::{Pv, PvCsi, PvSpec, PvStatus};
 
     /// The test driver's name, the bench's (`controller::scripted`).
     pub use crate::controller::scripted::DRIVER;
+
+    /// The decision table of upstream's `shouldDelete`, and ours beside it:
+    /// each PV with the work decided for it (the decision's own rows, and the
+    /// volume path's queue filter's, `volume::queues`).
+    pub fn should_delete_table() -> Vec<(PvFixture, Work, &'static str)> {
+        use Work::*;
+        vec![
+            (
+                PvFixture::ours().phase("Released").held(),
+                Delete,
+                "released, delete policy",
+            ),
+            (
+                PvFixture::ours().phase("Released"),
+                Delete,
+                "released without finalizer (older PV)",
+            ),
+            (
+                PvFixture::ours().phase("Released").held().deleting(),
+                Delete,
+                "released and being deleted",
+            ),
+            (
+                PvFixture::ours().phase("Released").deleting(),
+                Nothing,
+                "deleting without our finalizer",
+            ),
+            (
+                PvFixture::ours().phase("Bound").held(),
+                Nothing,
+                "bound: never delete",
+            ),
+            (
+                PvFixture::ours().phase("Bound").held().deleting(),
+                Nothing,
+                "bound while PV deleted: wait for release",
+            ),
+            (
+                PvFixture::ours().phase("Bound"),
+                AddFinalizer,
+                "bound without finalizer: hold it",
+            ),
+            (
+                PvFixture::static_of(DRIVER).phase("Bound"),
+                AddFinalizer,
+                "adopts static PVs of our driver",
+            ),
+            (
+                PvFixture::static_of("other").phase("Released"),
+                Nothing,
+                "static PV of another driver",
+            ),
+            (
+                PvFixture::ours().by("other").phase("Released"),
+                Nothing,
+                "provisioned by another",
+            ),
+            (
+                PvFixture::ours().phase("Released").held().policy("Retain"),
+                RemoveFinalizer,
+                "switched to Retain",
+            ),
+            (
+                PvFixture::ours().phase("Released").policy("Retain"),
+                Nothing,
+                "retain, no finalizer",
+            ),
+            (
+                PvFixture::ours().phase("Released").held().no_policy(),
+                Delete,
+                "no policy: as Delete",
+            ),
+            (
+                PvFixture::ours().phase("Released").held().policy("delete"),
+                RemoveFinalizer,
+                "a policy spelled otherwise is not Delete",
+            ),
+            (
+                PvFixture::ours().phase("released").held(),
+                Nothing,
+                "a phase spelled otherwise is not Released",
+            ),
+            (
+                PvFixture::ours().phase("Available").held(),
+                Nothing,
+                "available",
+            ),
+            (
+                PvFixture::ours().phase("Pending").held(),
+                Nothing,
+                "pending",
+            ),
+        ]
+    }
 
     /// A PV of ours by default: provisioned by `d`, policy Delete, handle `h`.
     #[derive(Clone)]
@@ -253,101 +349,13 @@ pub(crate) mod fixtures {
 
 #[cfg(test)]
 mod tests {
-    use super::fixtures::{DRIVER, PvFixture};
+    use super::fixtures::{DRIVER, PvFixture, should_delete_table};
     use super::*;
     use crate::controller::node::NodeMode;
 
     #[test]
     fn decides_like_upstream_should_delete() {
-        use Work::*;
-        let cases: Vec<(PvFixture, Work, &str)> = vec![
-            (
-                PvFixture::ours().phase("Released").held(),
-                Delete,
-                "released, delete policy",
-            ),
-            (
-                PvFixture::ours().phase("Released"),
-                Delete,
-                "released without finalizer (older PV)",
-            ),
-            (
-                PvFixture::ours().phase("Released").held().deleting(),
-                Delete,
-                "released and being deleted",
-            ),
-            (
-                PvFixture::ours().phase("Released").deleting(),
-                Nothing,
-                "deleting without our finalizer",
-            ),
-            (
-                PvFixture::ours().phase("Bound").held(),
-                Nothing,
-                "bound: never delete",
-            ),
-            (
-                PvFixture::ours().phase("Bound").held().deleting(),
-                Nothing,
-                "bound while PV deleted: wait for release",
-            ),
-            (
-                PvFixture::ours().phase("Bound"),
-                AddFinalizer,
-                "bound without finalizer: hold it",
-            ),
-            (
-                PvFixture::static_of(DRIVER).phase("Bound"),
-                AddFinalizer,
-                "adopts static PVs of our driver",
-            ),
-            (
-                PvFixture::static_of("other").phase("Released"),
-                Nothing,
-                "static PV of another driver",
-            ),
-            (
-                PvFixture::ours().by("other").phase("Released"),
-                Nothing,
-                "provisioned by another",
-            ),
-            (
-                PvFixture::ours().phase("Released").held().policy("Retain"),
-                RemoveFinalizer,
-                "switched to Retain",
-            ),
-            (
-                PvFixture::ours().phase("Released").policy("Retain"),
-                Nothing,
-                "retain, no finalizer",
-            ),
-            (
-                PvFixture::ours().phase("Released").held().no_policy(),
-                Delete,
-                "no policy: as Delete",
-            ),
-            (
-                PvFixture::ours().phase("Released").held().policy("delete"),
-                RemoveFinalizer,
-                "a policy spelled otherwise is not Delete",
-            ),
-            (
-                PvFixture::ours().phase("released").held(),
-                Nothing,
-                "a phase spelled otherwise is not Released",
-            ),
-            (
-                PvFixture::ours().phase("Available").held(),
-                Nothing,
-                "available",
-            ),
-            (
-                PvFixture::ours().phase("Pending").held(),
-                Nothing,
-                "pending",
-            ),
-        ];
-        for (pv, want, what) in cases {
+        for (pv, want, what) in should_delete_table() {
             assert_eq!(work_for(&pv.0, DRIVER), want, "{what}");
             // The same decision on the PV as the cache keeps it.
             let mut cached = pv.0.clone();

@@ -8,7 +8,8 @@ use serde_json::json;
 use super::rig::{DELETE_PV, Next, PATCH_PV, Rig, let_go, object, released, terminating};
 use crate::controller::memory::Attempt;
 use crate::controller::node::{NodeMode, Placement};
-use crate::controller::volume::decide::fixtures::PvFixture;
+use crate::controller::volume::decide::Work;
+use crate::controller::volume::decide::fixtures::{PvFixture, should_delete_table};
 use crate::controller::volume::{VolumeError, queues};
 use crate::kube::LeaderGate;
 
@@ -101,54 +102,14 @@ fn in_zone(zone: &str) -> k8s_openapi::api::core::v1::VolumeNodeAffinity {
     .unwrap()
 }
 
-/// A PV is queued only if its reconcile could do something: each PV left out
-/// would be reconciled without a request and without a memory; a PV the memory
-/// holds is queued whatever its work.
+/// A PV is queued only if its reconcile could do something: every PV of the
+/// decision table whose work is nothing is left out, and its reconcile sends no
+/// request and remembers nothing; a PV the memory holds is queued whatever its
+/// work.
 #[tokio::test]
 async fn only_pvs_with_something_to_do_are_queued() {
-    let cases = [
-        (
-            PvFixture::ours().phase("Bound").held(),
-            false,
-            "bound and held",
-        ),
-        (
-            PvFixture::ours().phase("Available").held(),
-            false,
-            "available",
-        ),
-        (
-            PvFixture::static_of("other").phase("Released"),
-            false,
-            "another driver's",
-        ),
-        (
-            PvFixture::ours().phase("Released").policy("Retain"),
-            false,
-            "retained, let go",
-        ),
-        (
-            PvFixture::ours().phase("Released").deleting(),
-            false,
-            "deleted without our finalizer",
-        ),
-        (
-            PvFixture::ours().phase("Released").held(),
-            true,
-            "released: delete",
-        ),
-        (
-            PvFixture::ours().phase("Bound"),
-            true,
-            "bound, not held yet",
-        ),
-        (
-            PvFixture::ours().phase("Released").held().policy("Retain"),
-            true,
-            "retained, still held",
-        ),
-    ];
-    for (pv, queued, what) in cases {
+    for (pv, work, what) in should_delete_table() {
+        let queued = work != Work::Nothing;
         let rig = Rig::new(vec![]).await;
         assert_eq!(queues(rig.ctx(), &pv.0), queued, "{what}");
         let mut cached = pv.0.clone();
